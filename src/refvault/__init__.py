@@ -1,0 +1,78 @@
+"""refvault: safe artifact references for LLM agents.
+
+Store a tool's large or binary output once (content-addressed, tenant-scoped,
+immutable, integrity-checked), hand the model an opaque id and a bounded
+preview, and serve verified, scoped reads of exactly the bytes that were
+captured.
+
+The public surface is re-exported here and imported lazily, so
+``import refvault`` stays cheap::
+
+    from refvault import Vault, Scope
+    with Vault.open() as vault:
+        d = vault.put(Scope("acme", "ana", "s1"), b"...", media_type="text/plain")
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "AsyncVault": "refvault.vault.aio",
+    "ArtifactStream": "refvault.vault.verified",
+    "Descriptor": "refvault.model",
+    "GcReport": "refvault.vault.vault",
+    "Principal": "refvault.model",
+    "Scope": "refvault.model",
+    "Vault": "refvault.vault.vault",
+    "VerifyReport": "refvault.vault.vault",
+    "errors": "refvault.errors",
+    "RefvaultError": "refvault.errors",
+    "InvalidArgument": "refvault.errors",
+    "InvalidScope": "refvault.errors",
+    "InvalidId": "refvault.errors",
+    "InvalidMetadata": "refvault.errors",
+    "NotFound": "refvault.errors",
+    "Expired": "refvault.errors",
+    "IdempotencyConflict": "refvault.errors",
+    "IntegrityError": "refvault.errors",
+    "StorageError": "refvault.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from refvault import errors
+    from refvault.errors import (
+        Expired,
+        IdempotencyConflict,
+        IntegrityError,
+        InvalidArgument,
+        InvalidId,
+        InvalidMetadata,
+        InvalidScope,
+        NotFound,
+        RefvaultError,
+        StorageError,
+    )
+    from refvault.model import Descriptor, Principal, Scope
+    from refvault.vault.aio import AsyncVault
+    from refvault.vault.vault import GcReport, Vault, VerifyReport
+    from refvault.vault.verified import ArtifactStream
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'refvault' has no attribute {name!r}")
+    module = import_module(module_name)
+    value = module if name == "errors" else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,300 @@
+"""Filesystem blob store: the embedded default.
+
+Layout under the store root (every name below ``blobs/`` is hex)::
+
+    blobs/<namespace:32 hex>/<digest[:2]>/<digest:64 hex>    read-only published objects
+    tmp/<random hex>.tmp                                   private temporaries
+
+Writing follows DESIGN.md "Writing bytes safely": temporary file, written by
+the caller while it hashes, ``fsync`` of the file, ``rename`` into place,
+``fsync`` of the destination directory (and of any directory just created).
+The temporary lives in ``tmp/`` on the same filesystem rather than in the
+destination directory because the destination is named by a digest that is
+only known once the last byte is written; ``rename`` is atomic either way and
+the directory that gains the entry is the one made durable. Any ``fsync``
+error fails the write.
+
+Every path is opened relative to directory descriptors held from the store
+root down, with ``O_NOFOLLOW`` at each step: a symlink or special file planted
+inside the store is never followed; on read it counts as a missing blob
+(which the vault reports as an integrity failure), on write as a
+:class:`~refvault.errors.StorageError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from refvault.blobs.base import BlobKey
+from refvault.errors import StorageError
+
+__all__ = ["FilesystemBlobStore"]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_UNSAFE = (errno.ELOOP, errno.ENOTDIR)
+
+
+def _storage_error(action: str, exc: OSError) -> StorageError:
+    return StorageError(exc.errno or errno.EIO, f"{action} failed: {exc.strerror or exc}")
+
+
+def _open_dir(name: str, parent_fd: int, *, create: bool) -> tuple[int, bool]:
+    """Open directory ``name`` under ``parent_fd`` without following links; maybe create it."""
+    created = False
+    if create:
+        try:
+            os.mkdir(name, 0o750, dir_fd=parent_fd)
+            created = True
+        except FileExistsError:
+            pass
+    return os.open(name, _DIR_FLAGS, dir_fd=parent_fd), created
+
+
+def _fsync(fd: int, what: str) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise _storage_error(f"fsync of {what}", exc) from None
+
+
+class _FileReader:
+    __slots__ = ("_fd", "size")
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd = fd
+        self.size = size
+
+    def read(self, offset: int, length: int) -> bytes:
+        data = os.pread(self._fd, length, offset)
+        if len(data) in (0, length):
+            return data
+        parts = [data]  # a short read before the end: keep reading
+        got = len(data)
+        while got < length:
+            more = os.pread(self._fd, length - got, offset + got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class _FileWriter:
+    __slots__ = ("_fd", "_name", "_store")
+
+    def __init__(self, store: FilesystemBlobStore) -> None:
+        self._store = store
+        self._name = secrets.token_hex(16) + ".tmp"
+        try:
+            self._fd = os.open(
+                self._name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=store._tmp_fd,
+            )
+        except OSError as exc:
+            raise _storage_error("creating a temporary file", exc) from None
+
+    def write(self, data: bytes | memoryview) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            self.abort()
+            raise _storage_error("writing a temporary file", exc) from None
+
+    def flush(self) -> None:
+        """Push written bytes towards the disk early, so the final fsync is short."""
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            raise _storage_error("flushing a blob", exc) from None
+
+    def seal(self) -> None:
+        try:
+            os.fchmod(self._fd, 0o440)
+            _fsync(self._fd, "a blob")
+        except BaseException:
+            self.abort()
+            raise
+
+    def publish(self, key: BlobKey) -> None:
+        try:
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            self._store._publish(self._name, key)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        with contextlib.suppress(OSError):
+            os.unlink(self._name, dir_fd=self._store._tmp_fd)
+
+
+class FilesystemBlobStore:
+    """Blobs as read-only files under ``root`` (see the module docstring for the layout)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self._blobs_fd, _ = _open_dir("blobs", self._root_fd, create=True)
+            self._tmp_fd, _ = _open_dir("tmp", self._root_fd, create=True)
+        except OSError as exc:
+            raise _storage_error("opening the blob store", exc) from None
+
+    # -- writing ---------------------------------------------------------------
+
+    def writer(self) -> _FileWriter:
+        return _FileWriter(self)
+
+    def _publish(self, temp_name: str, key: BlobKey) -> None:
+        fds: list[int] = []
+        try:
+            ns_fd, ns_created = _open_dir(key.namespace, self._blobs_fd, create=True)
+            fds.append(ns_fd)
+            shard_fd, shard_created = _open_dir(key.digest[:2], ns_fd, create=True)
+            fds.append(shard_fd)
+            os.replace(temp_name, key.digest, src_dir_fd=self._tmp_fd, dst_dir_fd=shard_fd)
+            _fsync(shard_fd, "a blob directory")
+            if shard_created:
+                _fsync(ns_fd, "a blob directory")
+            if ns_created:
+                _fsync(self._blobs_fd, "the blob root")
+        except StorageError:
+            raise
+        except OSError as exc:
+            if exc.errno in _UNSAFE:
+                raise StorageError(
+                    exc.errno, "unsafe store layout: a symlink or file where a directory belongs"
+                ) from None
+            raise _storage_error("publishing a blob", exc) from None
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    # -- reading ---------------------------------------------------------------
+
+    def _shard(self, key: BlobKey) -> int | None:
+        """Descriptor of the key's shard directory, or None if absent or unsafe."""
+        try:
+            ns_fd, _ = _open_dir(key.namespace, self._blobs_fd, create=False)
+        except OSError:
+            return None
+        try:
+            shard_fd, _ = _open_dir(key.digest[:2], ns_fd, create=False)
+            return shard_fd
+        except OSError:
+            return None
+        finally:
+            os.close(ns_fd)
+
+    def _lstat(self, key: BlobKey) -> os.stat_result | None:
+        shard_fd = self._shard(key)
+        if shard_fd is None:
+            return None
+        try:
+            st = os.stat(key.digest, dir_fd=shard_fd, follow_symlinks=False)
+        except OSError:
+            return None
+        finally:
+            os.close(shard_fd)
+        return st if stat.S_ISREG(st.st_mode) else None
+
+    def open(self, key: BlobKey) -> _FileReader | None:
+        shard_fd = self._shard(key)
+        if shard_fd is None:
+            return None
+        try:
+            # O_NONBLOCK: a FIFO planted in the store must not hang the reader.
+            fd = os.open(key.digest, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=shard_fd)
+        except OSError:
+            return None
+        finally:
+            os.close(shard_fd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return None
+        return _FileReader(fd, st.st_size)
+
+    def exists(self, key: BlobKey) -> bool:
+        return self._lstat(key) is not None
+
+    def age(self, key: BlobKey) -> float | None:
+        st = self._lstat(key)
+        return None if st is None else time.time() - st.st_mtime
+
+    def delete(self, key: BlobKey) -> None:
+        shard_fd = self._shard(key)
+        if shard_fd is None:
+            return
+        try:
+            os.unlink(key.digest, dir_fd=shard_fd)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise _storage_error("deleting a blob", exc) from None
+        finally:
+            os.close(shard_fd)
+
+    def keys(self) -> Iterator[BlobKey]:
+        for ns in sorted(_hex_names(self._blobs_fd, 32)):
+            ns_fd, _ = _open_dir(ns, self._blobs_fd, create=False)
+            try:
+                for shard in sorted(_hex_names(ns_fd, 2)):
+                    shard_fd, _ = _open_dir(shard, ns_fd, create=False)
+                    try:
+                        for digest in sorted(_hex_names(shard_fd, 64)):
+                            if digest.startswith(shard):
+                                yield BlobKey(ns, digest)
+                    finally:
+                        os.close(shard_fd)
+            finally:
+                os.close(ns_fd)
+
+    def sweep_temp(self, older_than: float, *, dry_run: bool = False) -> int:
+        cutoff = time.time() - older_than
+        removed = 0
+        with os.scandir(self._tmp_fd) as entries:
+            for entry in entries:
+                try:
+                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                        if not dry_run:
+                            os.unlink(entry.name, dir_fd=self._tmp_fd)
+                        removed += 1
+                except FileNotFoundError:
+                    continue
+        return removed
+
+    def close(self) -> None:
+        for name in ("_tmp_fd", "_blobs_fd", "_root_fd"):
+            fd = getattr(self, name, -1)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+
+def _hex_names(dir_fd: int, length: int) -> list[str]:
+    allowed = set("0123456789abcdef")
+    with os.scandir(dir_fd) as entries:
+        return [e.name for e in entries if len(e.name) == length and set(e.name) <= allowed and not e.is_symlink()]

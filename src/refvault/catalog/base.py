@@ -1,0 +1,170 @@
+"""The catalog protocol and the records it keeps.
+
+Contract (checked for every backend by ``tests/test_conformance.py``):
+
+* ``publish`` runs one write transaction for a batch. Inside it, holding the
+  catalog's write lock, it first calls ``make_visible`` (the blob store's
+  rename + directory fsync), then records blobs and artifacts, then commits.
+  ``collect`` takes the same lock, so garbage collection never interleaves
+  with a publication: a blob is never collected between becoming visible and
+  being referenced.
+* An idempotency key is unique per (tenant, user, session). Publishing an
+  existing key returns the artifact already stored under it when the content
+  hash matches, and :class:`~refvault.errors.IdempotencyConflict` otherwise.
+* ``find`` matches the artifact id and all three scope components in one
+  lookup, so an artifact of another scope and an absent one look the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from refvault.blobs.base import BlobKey
+from refvault.errors import IdempotencyConflict, RefvaultError
+from refvault.ids import namespace_of
+from refvault.model import RESOLVER, Descriptor, Disclosure, Scope, selectors_for
+
+__all__ = ["BlobRecord", "Catalog", "Manifest", "Publication", "replay_or_conflict"]
+
+CHUNK_SIZE = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRecord:
+    """Trusted facts about one stored blob.
+
+    ``chunk_digests`` is the concatenated SHA-256 of each ``chunk_size`` slice
+    of the bytes (the last may be short), computed from the same bytes as the
+    content hash at capture. ``inline`` holds the bytes of small blobs, which
+    live in the catalog itself and commit atomically with their manifest.
+    """
+
+    key: BlobKey
+    size: int
+    chunk_size: int
+    chunk_digests: bytes
+    inline: bytes | None = None
+
+    def chunk_digest(self, index: int) -> bytes:
+        return self.chunk_digests[index * 32 : (index + 1) * 32]
+
+    @property
+    def chunks(self) -> int:
+        return len(self.chunk_digests) // 32
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """The catalog row of one artifact: everything a descriptor says, plus the idempotency key."""
+
+    artifact_id: str
+    scope: Scope
+    digest: str
+    size: int
+    media_type: str
+    disclosure: Disclosure
+    created_at: datetime
+    expires_at: datetime | None = None
+    filename: str | None = None
+    tool_call_id: str | None = None
+    run_id: str | None = None
+    schema_version: str | None = None
+    source_version: dict[str, Any] = field(default_factory=dict)
+    completeness: dict[str, Any] = field(default_factory=dict)
+    idempotency_key: str | None = None
+
+    @property
+    def key(self) -> BlobKey:
+        return BlobKey(namespace_of(self.scope.tenant), self.digest)
+
+    def descriptor(self) -> Descriptor:
+        return Descriptor(
+            artifact_id=self.artifact_id,
+            content_hash="sha256:" + self.digest,
+            tool_call_id=self.tool_call_id,
+            schema_version=self.schema_version,
+            created_at=self.created_at,
+            source_version=self.source_version,
+            completeness=self.completeness,
+            scope={
+                "tenant": self.scope.tenant,
+                "user": self.scope.user,
+                "session": self.scope.session,
+                "run_id": self.run_id,
+            },
+            expires_at=self.expires_at,
+            retrieval={
+                "resolver": RESOLVER,
+                "consistency": "pinned_snapshot",
+                "media_type": self.media_type,
+                "size": self.size,
+                "filename": self.filename,
+                "disclosure": self.disclosure,
+                "selectors": selectors_for(self.media_type),
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """One artifact to publish: its manifest and the record of the blob it points at."""
+
+    manifest: Manifest
+    blob: BlobRecord
+
+
+def replay_or_conflict(existing: Manifest, new: Manifest) -> Manifest:
+    """Resolve a reused idempotency key: same bytes replay, different bytes conflict."""
+    if existing.digest != new.digest:
+        raise IdempotencyConflict("idempotency key already used in this scope for different content; use a new key")
+    return existing
+
+
+def key_fingerprint(key: BlobKey) -> int:
+    """A stable 63-bit integer for a blob key (for advisory locks and sharding)."""
+    return int.from_bytes(hashlib.sha256(f"{key.namespace}/{key.digest}".encode()).digest()[:8], "big") >> 1
+
+
+class Catalog(Protocol):
+    """Trusted manifest storage shared by every process that opens the store."""
+
+    def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
+        """Publish a batch in one transaction; per item, the stored manifest or the error."""
+
+    def find(self, scope: Scope, artifact_id: str) -> Manifest | None: ...
+
+    def blob(self, key: BlobKey) -> BlobRecord | None: ...
+
+    def in_scope(self, scope: Scope) -> list[Manifest]:
+        """Artifacts of ``scope``, newest first; ties broken by publication order, newest first."""
+
+    def delete(self, scope: Scope, artifact_id: str) -> bool: ...
+
+    def delete_expired(self, now: datetime) -> list[str]:
+        """Remove every artifact whose ``expires_at`` is at or before ``now``; return their ids."""
+
+    def manifests(self) -> Iterator[Manifest]:
+        """Every artifact of every scope (for ``verify``)."""
+
+    def blob_records(self) -> Iterator[BlobRecord]:
+        """Every blob record, without inline bytes loaded eagerly where avoidable."""
+
+    def unreferenced(self, older_than: float) -> list[BlobKey]:
+        """Blob records no artifact references, last published more than ``older_than`` s ago."""
+
+    def collect(self, key: BlobKey, older_than: float, remove: Callable[[], bool]) -> bool:
+        """Under the write lock, collect one blob if nothing references it.
+
+        If no artifact references ``key`` and its record (if any) was last
+        published more than ``older_than`` seconds ago, call ``remove`` (which
+        deletes the stored bytes and returns False if they are too young to
+        go); when it returns True, drop the record. Return whether it was collected.
+        """
+
+    def has_blob(self, key: BlobKey) -> bool: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,128 @@
+"""In-memory catalog: the same contract as the SQL catalog, for tests and ephemeral use.
+
+One lock plays the role of the database write lock; reads take it too, so
+every operation sees a consistent state.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from refvault.blobs.base import BlobKey
+from refvault.catalog.base import BlobRecord, Manifest, Publication, replay_or_conflict
+from refvault.errors import RefvaultError
+from refvault.model import Scope
+
+__all__ = ["MemoryCatalog"]
+
+
+@dataclass(slots=True)
+class _Row:
+    seq: int
+    manifest: Manifest
+
+
+class MemoryCatalog:
+    """A :class:`~refvault.catalog.Catalog` held in process memory."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._seq = itertools.count(1)
+        self._rows: dict[str, _Row] = {}
+        self._blobs: dict[BlobKey, tuple[BlobRecord, float]] = {}
+
+    def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
+        with self._lock:
+            make_visible()
+            return [self._publish_one(item) for item in items]
+
+    def _publish_one(self, item: Publication) -> Manifest | RefvaultError:
+        m = item.manifest
+        if m.idempotency_key is not None:
+            for row in self._rows.values():
+                if row.manifest.scope == m.scope and row.manifest.idempotency_key == m.idempotency_key:
+                    try:
+                        return replay_or_conflict(row.manifest, m)
+                    except RefvaultError as exc:
+                        return exc
+        self._blobs[item.blob.key] = (item.blob, time.time())
+        self._rows[m.artifact_id] = _Row(next(self._seq), m)
+        return m
+
+    def find(self, scope: Scope, artifact_id: str) -> Manifest | None:
+        with self._lock:
+            row = self._rows.get(artifact_id)
+        return row.manifest if row is not None and row.manifest.scope == scope else None
+
+    def blob(self, key: BlobKey) -> BlobRecord | None:
+        with self._lock:
+            entry = self._blobs.get(key)
+        return None if entry is None else entry[0]
+
+    def has_blob(self, key: BlobKey) -> bool:
+        return self.blob(key) is not None
+
+    def in_scope(self, scope: Scope) -> list[Manifest]:
+        with self._lock:
+            rows = [row for row in self._rows.values() if row.manifest.scope == scope]
+        rows.sort(key=lambda row: (row.manifest.created_at, row.seq), reverse=True)
+        return [row.manifest for row in rows]
+
+    def delete(self, scope: Scope, artifact_id: str) -> bool:
+        with self._lock:
+            row = self._rows.get(artifact_id)
+            if row is None or row.manifest.scope != scope:
+                return False
+            del self._rows[artifact_id]
+            return True
+
+    def delete_expired(self, now: datetime) -> list[str]:
+        with self._lock:
+            ids = [
+                aid
+                for aid, row in self._rows.items()
+                if row.manifest.expires_at is not None and row.manifest.expires_at <= now
+            ]
+            for aid in ids:
+                del self._rows[aid]
+            return ids
+
+    def manifests(self) -> Iterator[Manifest]:
+        with self._lock:
+            return iter([row.manifest for row in sorted(self._rows.values(), key=lambda r: r.seq)])
+
+    def blob_records(self) -> Iterator[BlobRecord]:
+        with self._lock:
+            return iter([record for _, (record, _) in sorted(self._blobs.items())])
+
+    def _referenced(self, key: BlobKey) -> bool:
+        return any(row.manifest.key == key for row in self._rows.values())
+
+    def unreferenced(self, older_than: float) -> list[BlobKey]:
+        cutoff = time.time() - older_than
+        with self._lock:
+            return [
+                key
+                for key, (_, touched) in sorted(self._blobs.items())
+                if touched < cutoff and not self._referenced(key)
+            ]
+
+    def collect(self, key: BlobKey, older_than: float, remove: Callable[[], bool]) -> bool:
+        with self._lock:
+            if self._referenced(key):
+                return False
+            entry = self._blobs.get(key)
+            if entry is not None and entry[1] >= time.time() - older_than:
+                return False
+            if not remove():
+                return False
+            self._blobs.pop(key, None)
+            return True
+
+    def close(self) -> None:
+        pass

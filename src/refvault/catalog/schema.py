@@ -1,0 +1,72 @@
+"""The one SQLAlchemy Core schema shared by SQLite and PostgreSQL, and its migrations.
+
+Migrations are numbered functions applied in order inside one write
+transaction; ``refvault_migrations`` records which ran. A database newer than
+this code is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlalchemy as sa
+
+__all__ = ["MIGRATIONS", "artifacts", "blobs", "metadata", "migrations"]
+
+metadata = sa.MetaData()
+
+_Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+artifacts = sa.Table(
+    "refvault_artifacts",
+    metadata,
+    sa.Column("seq", _Seq, primary_key=True, autoincrement=True),
+    sa.Column("artifact_id", sa.String(30), nullable=False, unique=True),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("user_name", sa.String(128), nullable=False),
+    sa.Column("session", sa.String(128), nullable=False),
+    sa.Column("namespace", sa.String(32), nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("media_type", sa.String(255), nullable=False),
+    sa.Column("disclosure", sa.String(8), nullable=False),
+    sa.Column("filename", sa.String(255)),
+    sa.Column("tool_call_id", sa.String(256)),
+    sa.Column("run_id", sa.String(256)),
+    sa.Column("schema_version", sa.String(256)),
+    sa.Column("created_us", sa.BigInteger, nullable=False),
+    sa.Column("expires_us", sa.BigInteger),
+    sa.Column("source_version", sa.Text, nullable=False),
+    sa.Column("completeness", sa.Text, nullable=False),
+    sa.Column("idempotency_key", sa.String(256)),
+    sa.UniqueConstraint("tenant", "user_name", "session", "idempotency_key", name="uq_refvault_idempotency"),
+    sa.Index("ix_refvault_artifacts_scope", "tenant", "user_name", "session", "created_us", "seq"),
+    sa.Index("ix_refvault_artifacts_blob", "namespace", "digest"),
+    sa.Index("ix_refvault_artifacts_expiry", "expires_us"),
+)
+
+blobs = sa.Table(
+    "refvault_blobs",
+    metadata,
+    sa.Column("namespace", sa.String(32), primary_key=True),
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("chunk_size", sa.Integer, nullable=False),
+    sa.Column("chunk_digests", sa.LargeBinary, nullable=False),
+    sa.Column("inline_data", sa.LargeBinary),
+    sa.Column("touched_us", sa.BigInteger, nullable=False),
+)
+
+migrations = sa.Table(
+    "refvault_migrations",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("applied_us", sa.BigInteger, nullable=False),
+)
+
+
+def _v1(conn: sa.Connection) -> None:
+    metadata.create_all(conn, tables=[artifacts, blobs])
+
+
+MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _v1)]

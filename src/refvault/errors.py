@@ -1,0 +1,99 @@
+"""The one exception hierarchy of refvault.
+
+Every error refvault raises on purpose is a :class:`RefvaultError`. Messages
+help the caller fix the call; they never contain artifact content, and a
+message about an artifact another caller owns is identical to the message
+about an artifact that does not exist.
+
+::
+
+    RefvaultError
+    ├── InvalidArgument (ValueError)     bad input; nothing was written
+    │   ├── InvalidScope                 tenant/user/session malformed
+    │   ├── InvalidId                    not a well-formed artifact id
+    │   └── InvalidMetadata              media type, disclosure, expiry, JSON fields, filename
+    ├── NotFound (LookupError)           absent, deleted, or not yours (indistinguishable)
+    ├── Expired                          past expires_at (only the owner ever sees this)
+    ├── IdempotencyConflict              key reused in the same scope for different bytes
+    ├── IntegrityError                   stored bytes disagree with the manifest; no bad byte returned
+    └── StorageError (OSError)           the backend failed (I/O, fsync, unsafe store layout)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Expired",
+    "IdempotencyConflict",
+    "IntegrityError",
+    "InvalidArgument",
+    "InvalidId",
+    "InvalidMetadata",
+    "InvalidScope",
+    "NotFound",
+    "RefvaultError",
+    "StorageError",
+]
+
+
+class RefvaultError(Exception):
+    """Root of every error refvault raises on purpose."""
+
+
+class InvalidArgument(RefvaultError, ValueError):
+    """The call was malformed. Nothing was written."""
+
+
+class InvalidScope(InvalidArgument):
+    """A tenant, user or session name is empty, too long or uses a forbidden character."""
+
+
+class InvalidId(InvalidArgument):
+    """A string that cannot be an artifact id (wrong prefix, length or alphabet)."""
+
+
+class InvalidMetadata(InvalidArgument):
+    """Capture metadata (media type, disclosure, expiry, JSON fields, filename) is invalid."""
+
+
+class NotFound(RefvaultError, LookupError):
+    """No artifact with this id is visible in this scope.
+
+    Raised identically whether the artifact never existed, was deleted, or
+    belongs to another tenant, user or session.
+    """
+
+    def __init__(self, artifact_id: str) -> None:
+        self.artifact_id = artifact_id
+        super().__init__(f"artifact {artifact_id} not found in this scope")
+
+
+class Expired(RefvaultError):
+    """The artifact is past its retention deadline (``expires_at``).
+
+    Only the owning scope can see this error; anyone else gets :class:`NotFound`.
+    """
+
+    def __init__(self, artifact_id: str, expires_at: str) -> None:
+        self.artifact_id = artifact_id
+        self.expires_at = expires_at
+        super().__init__(f"artifact {artifact_id} expired at {expires_at}")
+
+
+class IdempotencyConflict(RefvaultError):
+    """An idempotency key was reused in the same scope for different content."""
+
+
+class IntegrityError(RefvaultError):
+    """Stored bytes do not match the manifest (flipped, truncated, appended, replaced or missing).
+
+    Raised before any byte of the failing chunk is returned. ``kind`` is
+    ``"missing"`` when the stored bytes are gone and ``"corrupt"`` otherwise.
+    """
+
+    def __init__(self, message: str, *, kind: str = "corrupt") -> None:
+        self.kind = kind
+        super().__init__(message)
+
+
+class StorageError(RefvaultError, OSError):
+    """The storage backend failed: an I/O or fsync error, or an unsafe store layout."""

@@ -1,0 +1,340 @@
+"""Value types: Scope, Descriptor, Principal, and the rules for capture metadata.
+
+Invariants (each tested in ``tests/test_model.py`` or the conformance suite):
+
+* :class:`Scope` ``(tenant, user, session)`` is the read key. It is validated on
+  construction, so a Scope that exists is well formed.
+* :class:`Descriptor` has exactly ten top-level fields (DESIGN.md); all other
+  detail nests inside them. It is frozen and its nested mappings are read-only:
+  a descriptor is a snapshot of trusted service state that callers cannot edit.
+* Media types are canonical (``type/subtype`` lowercased, parameters sorted,
+  parameter names lowercased). Anything else is :class:`InvalidMetadata`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, Literal
+
+from refvault.errors import InvalidMetadata
+from refvault.ids import check_name
+
+__all__ = [
+    "DESCRIPTOR_FIELDS",
+    "Descriptor",
+    "Disclosure",
+    "Principal",
+    "Scope",
+    "canonical_media_type",
+    "format_time",
+    "parse_time",
+]
+
+Disclosure = Literal["model", "sealed"]
+DISCLOSURES: tuple[Disclosure, ...] = ("model", "sealed")
+
+DESCRIPTOR_FIELDS = (
+    "artifact_id",
+    "content_hash",
+    "tool_call_id",
+    "schema_version",
+    "created_at",
+    "source_version",
+    "completeness",
+    "scope",
+    "expires_at",
+    "retrieval",
+)
+
+RESOLVER = "refvault.read.v1"
+TEXT_TYPES = frozenset({"application/json", "application/x-ndjson", "application/xml", "application/yaml", "text/csv"})
+RECORD_TYPES = frozenset({"application/x-ndjson", "application/json", "text/csv", "application/vnd.apache.parquet"})
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """Who may read: ``tenant``, ``user`` and ``session``, each a validated name.
+
+    Reads succeed only when all three match the scope the artifact was captured in.
+    """
+
+    tenant: str
+    user: str
+    session: str
+
+    def __post_init__(self) -> None:
+        check_name("tenant", self.tenant)
+        check_name("user", self.user)
+        check_name("session", self.session)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller: one tenant and user, and the sessions it may act in.
+
+    ``sessions=None`` allows every session of that user.
+    """
+
+    tenant: str
+    user: str
+    sessions: frozenset[str] | None = None
+
+    def __post_init__(self) -> None:
+        check_name("tenant", self.tenant)
+        check_name("user", self.user)
+
+    def allows(self, scope: Scope) -> bool:
+        """True if this principal may act in ``scope``."""
+        return (
+            scope.tenant == self.tenant
+            and scope.user == self.user
+            and (self.sessions is None or scope.session in self.sessions)
+        )
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def format_time(moment: datetime) -> str:
+    """ISO 8601 in UTC with a ``Z`` suffix and microseconds."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    """Inverse of :func:`format_time` (accepts any ISO 8601 with an offset)."""
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise InvalidMetadata("timestamps must carry a UTC offset")
+    return moment.astimezone(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Descriptor:
+    """The protected descriptor of one artifact: exactly ten top-level fields.
+
+    ``scope`` holds tenant, user, session and the provenance-only ``run_id``;
+    ``retrieval`` holds media type, size, filename, disclosure and the selectors
+    the read API supports; ``completeness`` holds capture status, coverage,
+    record count and omissions. Nested values are read-only.
+    """
+
+    artifact_id: str
+    content_hash: str
+    tool_call_id: str | None
+    schema_version: str | None
+    created_at: datetime
+    source_version: Mapping[str, Any]
+    completeness: Mapping[str, Any]
+    scope: Mapping[str, Any]
+    expires_at: datetime | None
+    retrieval: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("source_version", "completeness", "scope", "retrieval"):
+            object.__setattr__(self, name, _freeze(getattr(self, name)))
+
+    @property
+    def media_type(self) -> str:
+        return str(self.retrieval["media_type"])
+
+    @property
+    def size(self) -> int:
+        return int(self.retrieval["size"])
+
+    @property
+    def filename(self) -> str | None:
+        name = self.retrieval.get("filename")
+        return None if name is None else str(name)
+
+    @property
+    def disclosure(self) -> Disclosure:
+        return "sealed" if self.retrieval["disclosure"] == "sealed" else "model"
+
+    @property
+    def owner(self) -> Scope:
+        """The scope whose reads may see this artifact."""
+        return Scope(self.scope["tenant"], self.scope["user"], self.scope["session"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict with exactly the ten top-level fields."""
+        return {
+            "artifact_id": self.artifact_id,
+            "content_hash": self.content_hash,
+            "tool_call_id": self.tool_call_id,
+            "schema_version": self.schema_version,
+            "created_at": format_time(self.created_at),
+            "source_version": _thaw(self.source_version),
+            "completeness": _thaw(self.completeness),
+            "scope": _thaw(self.scope),
+            "expires_at": None if self.expires_at is None else format_time(self.expires_at),
+            "retrieval": _thaw(self.retrieval),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Descriptor:
+        """Rebuild a descriptor from :meth:`to_dict` output (e.g. received over HTTP)."""
+        if set(data) != set(DESCRIPTOR_FIELDS):
+            raise InvalidMetadata("a descriptor has exactly the ten fields of DESCRIPTOR_FIELDS")
+        expires = data["expires_at"]
+        return cls(
+            artifact_id=data["artifact_id"],
+            content_hash=data["content_hash"],
+            tool_call_id=data["tool_call_id"],
+            schema_version=data["schema_version"],
+            created_at=parse_time(data["created_at"]),
+            source_version=data["source_version"],
+            completeness=data["completeness"],
+            scope=data["scope"],
+            expires_at=None if expires is None else parse_time(expires),
+            retrieval=data["retrieval"],
+        )
+
+
+_MT_NAME = r"[A-Za-z0-9!#$&^_.+\-]{1,127}"
+_MEDIA_TYPE = re.compile(rf"({_MT_NAME})/({_MT_NAME})")
+_PARAM = re.compile(rf"({_MT_NAME})=(\"[^\"\\\x00-\x1f]*\"|{_MT_NAME})")
+
+
+def canonical_media_type(value: object) -> str:
+    """Return the canonical form of a media type, or raise :class:`InvalidMetadata`.
+
+    ``Text/Plain; Charset=UTF-8`` becomes ``text/plain; charset=UTF-8``; parameters
+    are sorted by name so equal types compare equal.
+    """
+    if not isinstance(value, str) or len(value) > 255:
+        raise InvalidMetadata("media type must be a string of at most 255 characters, like 'text/plain'")
+    main, *params = [part.strip() for part in value.split(";")]
+    match = _MEDIA_TYPE.fullmatch(main)
+    if match is None:
+        raise InvalidMetadata("media type must look like 'type/subtype', e.g. 'application/json'")
+    canonical = f"{match.group(1).lower()}/{match.group(2).lower()}"
+    parsed: dict[str, str] = {}
+    for param in params:
+        pmatch = _PARAM.fullmatch(param)
+        if pmatch is None:
+            raise InvalidMetadata("media type parameters must look like 'name=value'")
+        parsed[pmatch.group(1).lower()] = pmatch.group(2)
+    return "; ".join([canonical, *(f"{k}={parsed[k]}" for k in sorted(parsed))])
+
+
+def essence(media_type: str) -> str:
+    """The ``type/subtype`` part of a canonical media type."""
+    return media_type.split(";", 1)[0]
+
+
+def is_text(media_type: str) -> bool:
+    """True for media types whose bytes are text (line and grep reads apply)."""
+    base = essence(media_type)
+    return base.startswith("text/") or base in TEXT_TYPES or base.endswith("+json") or base.endswith("+xml")
+
+
+def selectors_for(media_type: str) -> list[str]:
+    """The selective reads the read API offers for this media type."""
+    selectors = ["byte_range"]
+    if is_text(media_type):
+        selectors += ["lines", "grep"]
+    if essence(media_type) in RECORD_TYPES:
+        selectors += ["record_range", "query"]
+    return selectors
+
+
+def checked_json(name: str, value: object, *, limit: int = 64 * 1024) -> dict[str, Any]:
+    """Validate a caller-supplied JSON object field (string keys, bounded size)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidMetadata(f"{name} must be a JSON object (a dict with string keys)")
+    try:
+        text = json.dumps(value, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMetadata(f"{name} must be JSON-serialisable: {type(exc).__name__}") from None
+    if len(text) > limit:
+        raise InvalidMetadata(f"{name} is {len(text)} bytes as JSON; the limit is {limit}")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+CAPTURE_STATUSES = ("complete", "partial", "unknown")
+
+
+def checked_completeness(value: object) -> dict[str, Any]:
+    """Validate ``completeness``: a status, optional coverage/records, and a list of omissions.
+
+    The default status is ``unknown``: refvault does not claim a capture is
+    complete on the caller's behalf. ``complete`` with omissions is refused.
+    """
+    data = checked_json("completeness", value)
+    status = data.setdefault("status", "unknown")
+    if status not in CAPTURE_STATUSES:
+        raise InvalidMetadata(f"completeness.status must be one of {', '.join(CAPTURE_STATUSES)}")
+    omissions = data.setdefault("omissions", [])
+    if not isinstance(omissions, list):
+        raise InvalidMetadata("completeness.omissions must be a list")
+    if status == "complete" and omissions:
+        raise InvalidMetadata("completeness.status is 'complete' but omissions are listed; use 'partial'")
+    records = data.get("records")
+    if records is not None and (not isinstance(records, int) or isinstance(records, bool) or records < 0):
+        raise InvalidMetadata("completeness.records must be a non-negative integer")
+    return data
+
+
+_FORBIDDEN_IN_FILENAME = re.compile(r"[\x00-\x1f\x7f/\\]")
+
+
+def checked_filename(value: object) -> str | None:
+    """A display filename: metadata only, never used to build a path."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 255:
+        raise InvalidMetadata("filename must be 1-255 characters")
+    if value in {".", ".."} or _FORBIDDEN_IN_FILENAME.search(value):
+        raise InvalidMetadata("filename must be a base name without '/', '\\' or control characters")
+    return value
+
+
+_LABEL = re.compile(r"[\x20-\x7e]{1,256}")
+
+
+def checked_label(name: str, value: object) -> str | None:
+    """``tool_call_id``, ``run_id`` or ``schema_version``: printable ASCII, 1-256 characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or _LABEL.fullmatch(value) is None:
+        raise InvalidMetadata(f"{name} must be 1-256 printable ASCII characters")
+    return value
+
+
+def checked_disclosure(value: object) -> Disclosure:
+    if value not in DISCLOSURES:
+        raise InvalidMetadata("disclosure must be 'model' or 'sealed'")
+    return "sealed" if value == "sealed" else "model"
+
+
+def checked_expiry(value: object, now: datetime) -> datetime | None:
+    """``expires_at``: an aware datetime in the future, or None for no deadline."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidMetadata("expires_at must be a timezone-aware datetime (or None)")
+    moment = value.astimezone(UTC)
+    if moment <= now:
+        raise InvalidMetadata("expires_at is not in the future")
+    return moment

@@ -1,0 +1,70 @@
+"""AsyncVault: the same vault for asyncio callers.
+
+Every method runs the synchronous implementation in a worker thread
+(``asyncio.to_thread``), so there is one implementation of each operation
+and the event loop never blocks on disk or database I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from refvault.model import Descriptor, Scope
+from refvault.vault.vault import GcReport, Vault, VerifyReport
+
+__all__ = ["AsyncVault"]
+
+
+class AsyncVault:
+    """Async facade over a :class:`~refvault.Vault` (which it owns and closes)."""
+
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+
+    @classmethod
+    async def open(cls, location: str | None = None, **options: Any) -> AsyncVault:
+        return cls(await asyncio.to_thread(Vault.open, location, **options))
+
+    async def put(self, scope: Scope, data: object, **metadata: Any) -> Descriptor:
+        return await asyncio.to_thread(self.vault.put, scope, data, **metadata)
+
+    async def describe(self, scope: Scope, artifact_id: str) -> Descriptor:
+        return await asyncio.to_thread(self.vault.describe, scope, artifact_id)
+
+    async def read_bytes(self, scope: Scope, artifact_id: str) -> bytes:
+        return await asyncio.to_thread(self.vault.read_bytes, scope, artifact_id)
+
+    async def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int) -> bytes:
+        return await asyncio.to_thread(self.vault.read_range, scope, artifact_id, offset, length)
+
+    async def stream(self, scope: Scope, artifact_id: str) -> AsyncIterator[bytes]:
+        """Yield verified chunks; each chunk is read and verified off the event loop."""
+        stream = await asyncio.to_thread(self.vault.stream, scope, artifact_id)
+        try:
+            while chunk := await asyncio.to_thread(stream.read, 1 << 20):
+                yield chunk
+        finally:
+            stream.close()
+
+    async def list(self, scope: Scope) -> list[Descriptor]:
+        return await asyncio.to_thread(self.vault.list, scope)
+
+    async def delete(self, scope: Scope, artifact_id: str) -> None:
+        await asyncio.to_thread(self.vault.delete, scope, artifact_id)
+
+    async def verify(self) -> VerifyReport:
+        return await asyncio.to_thread(self.vault.verify)
+
+    async def gc(self, **options: Any) -> GcReport:
+        return await asyncio.to_thread(self.vault.gc, **options)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.vault.close)
+
+    async def __aenter__(self) -> AsyncVault:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

@@ -1,0 +1,174 @@
+"""Turning caller data into sealed, hashed bytes.
+
+``data`` may be ``bytes``-like, a binary file object or an iterable of
+``bytes``. It is consumed once, in aligned 1 MiB chunks, so memory stays
+bounded whatever the input size. Each chunk feeds the full SHA-256 (the
+content hash) and its own SHA-256 (the chunk digest reads verify against).
+
+Small inputs (at most ``inline_max`` bytes) stay in memory and are stored in
+the catalog row itself. Larger ones stream into a private blob writer; past
+the first few chunks a background thread does the writing so hashing and
+disk I/O overlap, and it asks the kernel to flush every few chunks so the
+final ``fsync`` has little left to do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from refvault.blobs.base import BlobKey, BlobStore, BlobWriter
+from refvault.catalog.base import CHUNK_SIZE, BlobRecord
+from refvault.errors import InvalidArgument
+
+__all__ = ["Ingested", "ingest"]
+
+
+@dataclass(slots=True)
+class Ingested:
+    """The result of consuming the input: digest, size, chunk digests, and where the bytes are."""
+
+    digest: str
+    size: int
+    chunk_digests: bytes
+    inline: bytes | None
+    writer: BlobWriter | None
+
+    def record(self, namespace: str) -> BlobRecord:
+        return BlobRecord(
+            key=BlobKey(namespace, self.digest),
+            size=self.size,
+            chunk_size=CHUNK_SIZE,
+            chunk_digests=self.chunk_digests,
+            inline=self.inline,
+        )
+
+
+def _pieces(data: object) -> Iterator[memoryview]:
+    if isinstance(data, str):
+        raise InvalidArgument("data must be bytes, a binary file or an iterable of bytes; encode text first")
+    if isinstance(data, bytes | bytearray | memoryview):
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), CHUNK_SIZE):
+            yield view[start : start + CHUNK_SIZE]
+        return
+    read = getattr(data, "read", None)
+    if callable(read):
+        while True:
+            piece = read(CHUNK_SIZE)
+            if not piece:
+                return
+            if not isinstance(piece, bytes | bytearray | memoryview):
+                raise InvalidArgument("the file must be opened in binary mode ('rb')")
+            yield memoryview(piece).cast("B")
+    if isinstance(data, Iterable):
+        for piece in data:
+            if not isinstance(piece, bytes | bytearray | memoryview):
+                raise InvalidArgument("an iterable given as data must yield bytes")
+            yield memoryview(piece).cast("B")
+        return
+    raise InvalidArgument("data must be bytes, a binary file or an iterable of bytes")
+
+
+def aligned_chunks(data: object) -> Iterator[memoryview]:
+    """Yield the input as full ``CHUNK_SIZE`` chunks (the last may be short, or none if empty)."""
+    pending = bytearray()
+    for piece in _pieces(data):
+        if not pending and len(piece) == CHUNK_SIZE:
+            yield piece
+            continue
+        pending += piece
+        while len(pending) >= CHUNK_SIZE:
+            yield memoryview(bytes(pending[:CHUNK_SIZE]))
+            del pending[:CHUNK_SIZE]
+    if pending:
+        yield memoryview(bytes(pending))
+
+
+class _BackgroundWriter:
+    """Writes chunks on a helper thread, flushing every ``flush_every`` chunks."""
+
+    def __init__(self, writer: BlobWriter, flush_every: int = 8) -> None:
+        self._writer = writer
+        self._queue: queue.Queue[memoryview | None] = queue.Queue(maxsize=4)
+        self._error: BaseException | None = None
+        self._flush_every = flush_every
+        self._thread = threading.Thread(target=self._run, name="refvault-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        written = 0
+        while (chunk := self._queue.get()) is not None:
+            if self._error is not None:
+                continue
+            try:
+                self._writer.write(chunk)
+                written += 1
+                if written % self._flush_every == 0:
+                    _start_flush(self._writer)
+            except BaseException as exc:  # handed to the caller in finish()
+                self._error = exc
+
+    def write(self, chunk: memoryview) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(chunk)
+
+    def finish(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def _start_flush(writer: BlobWriter) -> None:
+    flush = getattr(writer, "flush", None)
+    if callable(flush):
+        flush()
+
+
+def ingest(data: object, blobs: BlobStore, *, inline_max: int) -> Ingested:
+    """Consume ``data`` once; return its digests and a sealed writer (or the inline bytes)."""
+    chunks = aligned_chunks(data)
+    full = hashlib.sha256()
+    digests = bytearray()
+    first = next(chunks, None)
+    second = next(chunks, None) if first is not None else None
+    if second is None and (first is None or len(first) <= inline_max):  # small: keep inline
+        inline = b"" if first is None else bytes(first)
+        full.update(inline)
+        if inline:
+            digests += full.digest()
+        return Ingested(full.hexdigest(), len(inline), bytes(digests), inline, None)
+
+    writer = blobs.writer()
+    background: _BackgroundWriter | None = None
+    size = 0
+    try:
+        heads = [chunk for chunk in (first, second) if chunk is not None]
+        for index, chunk in enumerate(itertools.chain(heads, chunks)):
+            if index == 2 and background is None:
+                background = _BackgroundWriter(writer)
+            if background is not None:
+                background.write(chunk)
+            else:
+                writer.write(chunk)
+            full.update(chunk)
+            digests += hashlib.sha256(chunk).digest()
+            size += len(chunk)
+        if background is not None:
+            background.finish()
+            background = None
+        writer.seal()
+    except BaseException:
+        if background is not None:
+            with contextlib.suppress(BaseException):  # the original error is the one to report
+                background.finish()
+        writer.abort()
+        raise
+    return Ingested(full.hexdigest(), size, bytes(digests), None, writer)

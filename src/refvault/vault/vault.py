@@ -1,0 +1,357 @@
+"""The vault: capture and publish, resolve and disclose, retention and checking.
+
+Invariants, and where each is enforced and tested:
+
+* **Publish after durable.** ``put`` consumes the input into a private
+  temporary while hashing, ``fsync``s it, then in one catalog transaction
+  renames it into place, ``fsync``s the directory and commits the manifest;
+  only then does it return a descriptor. Small blobs live in the catalog row
+  and commit atomically with it. No published reference ever points at
+  missing or partial bytes (``tests/test_crash.py`` kills writers at random).
+* **Opaque, fresh ids.** Every capture gets a new ``art_`` id with 128 random
+  bits; an ``idempotency_key`` (unique per scope) makes a retried put return
+  the same id, and reusing it for different bytes is an
+  :class:`~refvault.errors.IdempotencyConflict`.
+* **Tenant-only dedup.** Blobs are addressed by (tenant namespace, SHA-256),
+  so identical bytes are stored once per tenant and never shared across
+  tenants: no dedupe or timing oracle between tenants.
+* **Scope is the read key.** Every read matches id and (tenant, user,
+  session) in one lookup; any mismatch is the same :class:`NotFound` as an
+  absent id. ``expires_at`` is checked on every read and gives
+  :class:`Expired`, which only the owner can ever see.
+* **Verified reads.** See :mod:`refvault.vault.verified`: every byte returned
+  was checked against digests held in the catalog; damage raises
+  :class:`IntegrityError` and returns nothing bad.
+* **Bad input loses nothing.** All metadata is validated before the first
+  byte is read; a failed put leaves at worst a temporary that ``gc`` removes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from refvault.blobs.base import BlobKey, BlobStore
+from refvault.catalog.base import Catalog, Manifest, Publication
+from refvault.errors import Expired, IntegrityError, InvalidArgument, NotFound
+from refvault.ids import check_artifact_id, namespace_of, new_artifact_id
+from refvault.model import (
+    Descriptor,
+    Disclosure,
+    Scope,
+    canonical_media_type,
+    checked_completeness,
+    checked_disclosure,
+    checked_expiry,
+    checked_filename,
+    checked_json,
+    checked_label,
+    format_time,
+)
+from refvault.vault.commit import GroupCommit, Pending
+from refvault.vault.ingest import ingest
+from refvault.vault.verified import ArtifactStream, VerifiedBlob
+
+__all__ = ["DEFAULT_GRACE", "GcReport", "Problem", "Vault", "VerifyReport"]
+
+DEFAULT_GRACE = 3600.0
+DEFAULT_INLINE_MAX = 32 * 1024
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """A blob that failed ``verify``, and the artifacts that point at it."""
+
+    kind: str  # "missing" | "corrupt"
+    digest: str
+    detail: str
+    artifact_ids: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What ``verify`` re-read: counts, problems (with artifact ids) and unreferenced blobs."""
+
+    blobs_checked: int = 0
+    bytes_checked: int = 0
+    artifacts: int = 0
+    problems: list[Problem] = field(default_factory=list)
+    unreferenced: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+@dataclass(slots=True)
+class GcReport:
+    """What ``gc`` removed (or, with ``dry_run``, would remove)."""
+
+    dry_run: bool
+    expired: list[str] = field(default_factory=list)
+    blobs_removed: int = 0
+    temporaries_removed: int = 0
+
+
+class Vault:
+    """Stores artifacts once and serves verified, scoped reads of them.
+
+    Thread-safe: one vault may serve many threads; concurrent puts share
+    catalog transactions (group commit). Several processes may open the same
+    embedded store.
+    """
+
+    def __init__(
+        self,
+        blobs: BlobStore,
+        catalog: Catalog,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+        inline_max: int = DEFAULT_INLINE_MAX,
+        grace: float = DEFAULT_GRACE,
+    ) -> None:
+        self.blobs = blobs
+        self.catalog = catalog
+        self.clock = clock
+        self.inline_max = inline_max
+        self.grace = grace
+        self._committer = GroupCommit(catalog)
+
+    # -- opening -----------------------------------------------------------------
+
+    @classmethod
+    def open(cls, location: str | os.PathLike[str] | None = None, **options: Any) -> Vault:
+        """Open a store: ``location``, else ``$REFVAULT_STORE``, else ``./.refvault``.
+
+        A path opens the embedded store (filesystem blobs + SQLite catalog),
+        creating it if needed. ``"memory://"`` opens a throwaway in-memory store.
+        ``options`` are passed to the :class:`Vault` constructor.
+        """
+        where = os.fspath(location) if location is not None else os.environ.get("REFVAULT_STORE", ".refvault")
+        if where == "memory://":
+            from refvault.blobs.memory import MemoryBlobStore
+            from refvault.catalog.memory import MemoryCatalog
+
+            return cls(MemoryBlobStore(), MemoryCatalog(), **options)
+        if "://" in where:
+            raise InvalidArgument("unsupported store location: give a directory path or 'memory://'")
+        from refvault.blobs.filesystem import FilesystemBlobStore
+        from refvault.catalog.sql import SqlCatalog
+
+        root = Path(where)
+        blobs = FilesystemBlobStore(root)
+        try:
+            catalog = SqlCatalog(f"sqlite:///{root.resolve() / 'catalog.db'}")
+        except BaseException:
+            blobs.close()
+            raise
+        return cls(blobs, catalog, **options)
+
+    def close(self) -> None:
+        """Release files and connections. The vault is unusable afterwards."""
+        self.catalog.close()
+        self.blobs.close()
+
+    def __enter__(self) -> Vault:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- capture -----------------------------------------------------------------
+
+    def put(
+        self,
+        scope: Scope,
+        data: object,
+        *,
+        media_type: str = "application/octet-stream",
+        tool_call_id: str | None = None,
+        run_id: str | None = None,
+        source_version: dict[str, Any] | None = None,
+        completeness: dict[str, Any] | None = None,
+        schema_version: str | None = None,
+        expires_at: datetime | None = None,
+        disclosure: Disclosure = "model",
+        idempotency_key: str | None = None,
+        filename: str | None = None,
+    ) -> Descriptor:
+        """Capture ``data`` in ``scope`` and return its descriptor once it is durable.
+
+        ``data`` is ``bytes``, a binary file object or an iterable of ``bytes``;
+        it is streamed, never held whole. Metadata is validated before the
+        first byte is read. With ``idempotency_key``, a retry in the same scope
+        returns the first capture's descriptor.
+        """
+        now = self.clock()
+        draft = Manifest(
+            artifact_id=new_artifact_id(),
+            scope=_checked_scope(scope),
+            digest="0" * 64,
+            size=0,
+            media_type=canonical_media_type(media_type),
+            disclosure=checked_disclosure(disclosure),
+            created_at=now,
+            expires_at=checked_expiry(expires_at, now),
+            filename=checked_filename(filename),
+            tool_call_id=checked_label("tool_call_id", tool_call_id),
+            run_id=checked_label("run_id", run_id),
+            schema_version=checked_label("schema_version", schema_version),
+            source_version=checked_json("source_version", source_version),
+            completeness=checked_completeness(completeness),
+            idempotency_key=checked_label("idempotency_key", idempotency_key),
+        )
+        got = ingest(data, self.blobs, inline_max=self.inline_max)
+        manifest = replace(draft, digest=got.digest, size=got.size)
+        record = got.record(namespace_of(manifest.scope.tenant))
+        pending = Pending(Publication(manifest, record), got.writer)
+        return self._committer.submit(pending).descriptor()
+
+    # -- reads -------------------------------------------------------------------
+
+    def _manifest(self, scope: Scope, artifact_id: str) -> Manifest:
+        manifest = self.catalog.find(_checked_scope(scope), check_artifact_id(artifact_id))
+        if manifest is None:
+            raise NotFound(artifact_id)
+        if manifest.expires_at is not None and self.clock() >= manifest.expires_at:
+            raise Expired(artifact_id, format_time(manifest.expires_at))
+        return manifest
+
+    def _open(self, scope: Scope, artifact_id: str) -> VerifiedBlob:
+        manifest = self._manifest(scope, artifact_id)
+        return VerifiedBlob(manifest.artifact_id, manifest.key, manifest.size, self.catalog, self.blobs)
+
+    def describe(self, scope: Scope, artifact_id: str) -> Descriptor:
+        """The descriptor of an artifact visible in ``scope``."""
+        return self._manifest(scope, artifact_id).descriptor()
+
+    def read_bytes(self, scope: Scope, artifact_id: str) -> bytes:
+        """Every byte of the artifact, verified before it is returned."""
+        blob = self._open(scope, artifact_id)
+        try:
+            return blob.read_all()
+        finally:
+            blob.close()
+
+    def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int) -> bytes:
+        """Verified bytes ``[offset, offset + length)``; only the chunks touched are read."""
+        if offset < 0 or length < 0:
+            raise InvalidArgument("offset and length must be non-negative")
+        blob = self._open(scope, artifact_id)
+        try:
+            return blob.read_range(offset, length)
+        finally:
+            blob.close()
+
+    def stream(self, scope: Scope, artifact_id: str) -> ArtifactStream:
+        """A seekable binary stream, verified chunk by chunk, in bounded memory."""
+        return ArtifactStream(self._open(scope, artifact_id))
+
+    def list(self, scope: Scope) -> list[Descriptor]:
+        """Unexpired artifacts of ``scope``, newest first (ties: latest published first)."""
+        now = self.clock()
+        return [
+            m.descriptor()
+            for m in self.catalog.in_scope(_checked_scope(scope))
+            if m.expires_at is None or now < m.expires_at
+        ]
+
+    def delete(self, scope: Scope, artifact_id: str) -> None:
+        """Remove the artifact's manifest; its bytes go at the next ``gc`` if unreferenced."""
+        if not self.catalog.delete(_checked_scope(scope), check_artifact_id(artifact_id)):
+            raise NotFound(artifact_id)
+
+    # -- maintenance -------------------------------------------------------------
+
+    def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+        """Re-read and re-hash every blob; report missing or corrupt ones with artifact ids.
+
+        ``progress(done_bytes, total_bytes)`` is called as blobs are checked.
+        """
+        by_key: dict[BlobKey, list[str]] = {}
+        sizes: dict[BlobKey, int] = {}
+        for m in self.catalog.manifests():
+            by_key.setdefault(m.key, []).append(m.artifact_id)
+            sizes[m.key] = m.size
+        report = VerifyReport(artifacts=sum(len(ids) for ids in by_key.values()))
+        total = sum(sizes.values())
+        for key in sorted(by_key):
+            ids = tuple(sorted(by_key[key]))
+            problem = self._check_blob(key, sizes[key], ids)
+            if problem is not None:
+                report.problems.append(problem)
+            report.blobs_checked += 1
+            report.bytes_checked += sizes[key]
+            if progress is not None:
+                progress(report.bytes_checked, total)
+        report.unreferenced = sum(1 for key in iter(self.blobs.keys()) if key not in by_key)
+        return report
+
+    def _check_blob(self, key: BlobKey, size: int, ids: tuple[str, ...]) -> Problem | None:
+        try:
+            blob = VerifiedBlob(ids[0], key, size, self.catalog, self.blobs)
+        except IntegrityError as exc:
+            return Problem(exc.kind, key.digest, str(exc), ids)
+        try:
+            if blob.full_digest() != key.digest:
+                return Problem("corrupt", key.digest, "the content hash does not match", ids)
+        except IntegrityError as exc:
+            return Problem(exc.kind, key.digest, str(exc), ids)
+        finally:
+            blob.close()
+        return None
+
+    def gc(self, *, grace: float | None = None, dry_run: bool = False) -> GcReport:
+        """Remove expired artifacts, then blobs and temporaries unreferenced for ``grace`` seconds.
+
+        Collection runs under the catalog's write lock, so it never removes a
+        blob a concurrent put is publishing.
+        """
+        grace = self.grace if grace is None else grace
+        if grace < 0:
+            raise InvalidArgument("grace must be non-negative")
+        report = GcReport(dry_run=dry_run)
+        now = self.clock()
+        if dry_run:
+            report.expired = [
+                m.artifact_id for m in self.catalog.manifests() if m.expires_at is not None and m.expires_at <= now
+            ]
+        else:
+            report.expired = self.catalog.delete_expired(now)
+        candidates = set(self.catalog.unreferenced(grace))
+        candidates.update(key for key in iter(self.blobs.keys()) if not self.catalog.has_blob(key))
+        for key in sorted(candidates):
+            if dry_run:
+                age = self.blobs.age(key)
+                report.blobs_removed += int(age is None or age >= grace)
+            elif self.catalog.collect(key, grace, self._remover(key, grace)):
+                report.blobs_removed += 1
+        report.temporaries_removed = self.blobs.sweep_temp(grace, dry_run=dry_run)
+        return report
+
+    def _remover(self, key: BlobKey, grace: float) -> Callable[[], bool]:
+        def remove() -> bool:
+            age = self.blobs.age(key)
+            if age is not None and age < grace:
+                return False
+            self.blobs.delete(key)
+            return True
+
+        return remove
+
+
+def _checked_scope(scope: object) -> Scope:
+    if not isinstance(scope, Scope):
+        raise InvalidArgument("scope must be a refvault.Scope(tenant=..., user=..., session=...)")
+    return scope
