@@ -159,19 +159,22 @@ class ArtifactStream(io.RawIOBase):
         return self._pos
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        """Fill ``buffer`` as far as the artifact allows (short only at the end)."""
         if self.closed:
             raise ValueError("I/O operation on closed stream")
-        if self._pos >= self._blob.size:
-            return 0
-        index = self._pos // self._blob.chunk_size
-        if index != self._chunk_index:
-            self._chunk = self._blob.chunk(index)
-            self._chunk_index = index
-        start = self._pos - index * self._blob.chunk_size
-        piece = self._chunk[start : start + len(buffer)]
-        memoryview(buffer).cast("B")[: len(piece)] = piece
-        self._pos += len(piece)
-        return len(piece)
+        target = memoryview(buffer).cast("B")
+        filled = 0
+        while filled < len(target) and self._pos < self._blob.size:
+            index = self._pos // self._blob.chunk_size
+            if index != self._chunk_index:
+                self._chunk = self._blob.chunk(index)
+                self._chunk_index = index
+            start = self._pos - index * self._blob.chunk_size
+            piece = self._chunk[start : start + len(target) - filled]
+            target[filled : filled + len(piece)] = piece
+            filled += len(piece)
+            self._pos += len(piece)
+        return filled
 
     def iter_chunks(self) -> Iterator[bytes]:
         """Yield the rest of the artifact in verified chunks."""

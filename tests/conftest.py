@@ -1,0 +1,131 @@
+"""Shared fixtures: every backend pair the conformance suite runs against.
+
+A backend is a factory ``(tmp_path, **vault_options) -> Vault`` plus a
+``Tamper`` that damages stored bytes the way a disk, an operator or an
+attacker could. New backends (S3 + PostgreSQL) join by adding to BACKENDS.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from refvault import Scope, Vault
+from refvault.blobs.base import BlobKey
+from refvault.blobs.filesystem import FilesystemBlobStore
+from refvault.blobs.memory import MemoryBlobStore
+from refvault.catalog.memory import MemoryCatalog
+from refvault.catalog.sql import SqlCatalog
+
+
+class Clock:
+    """A settable clock for expiry tests."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+class Tamper:
+    """Damage stored bytes behind the vault's back."""
+
+    def __init__(self, vault: Vault) -> None:
+        self.vault = vault
+
+    def set_bytes(self, key: BlobKey, data: bytes) -> None:
+        blobs = self.vault.blobs
+        if isinstance(blobs, MemoryBlobStore):
+            blobs.objects[key] = data
+        else:
+            assert isinstance(blobs, FilesystemBlobStore)
+            path = self.path(key)
+            os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+            path.write_bytes(data)
+
+    def get_bytes(self, key: BlobKey) -> bytes:
+        blobs = self.vault.blobs
+        if isinstance(blobs, MemoryBlobStore):
+            return blobs.objects[key]
+        return self.path(key).read_bytes()
+
+    def remove(self, key: BlobKey) -> None:
+        self.vault.blobs.delete(key)
+
+    def path(self, key: BlobKey) -> Path:
+        blobs = self.vault.blobs
+        assert isinstance(blobs, FilesystemBlobStore)
+        return blobs.root / "blobs" / key.namespace / key.digest[:2] / key.digest
+
+    def set_inline(self, key: BlobKey, data: bytes) -> None:
+        catalog = self.vault.catalog
+        if isinstance(catalog, MemoryCatalog):
+            record, touched = catalog._blobs[key]
+            from dataclasses import replace
+
+            catalog._blobs[key] = (replace(record, inline=data), touched)
+            return
+        assert isinstance(catalog, SqlCatalog)
+        from refvault.catalog.schema import blobs
+
+        with catalog._write() as conn, conn.begin():
+            conn.execute(
+                blobs.update()
+                .where(blobs.c.namespace == key.namespace, blobs.c.digest == key.digest)
+                .values(inline_data=data)
+            )
+
+
+def _memory(tmp_path: Path, **options: Any) -> Vault:
+    return Vault(MemoryBlobStore(), MemoryCatalog(), **options)
+
+
+def _embedded(tmp_path: Path, **options: Any) -> Vault:
+    return Vault.open(tmp_path / "store", **options)
+
+
+BACKENDS: dict[str, Callable[..., Vault]] = {"memory": _memory, "embedded": _embedded}
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def make_vault(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Vault]]:
+    opened: list[Vault] = []
+
+    def make(**options: Any) -> Vault:
+        vault = BACKENDS[request.param](tmp_path, **options)
+        opened.append(vault)
+        return vault
+
+    yield make
+    for vault in opened:
+        vault.close()
+
+
+@pytest.fixture
+def vault(make_vault: Callable[..., Vault], clock: Clock) -> Vault:
+    return make_vault(clock=clock)
+
+
+@pytest.fixture
+def tamper(vault: Vault) -> Tamper:
+    return Tamper(vault)
+
+
+@pytest.fixture
+def scope() -> Scope:
+    return Scope("acme", "ana", "s1")
