@@ -42,7 +42,27 @@ _EXPORTS = {
     "StorageError": "refvault.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "ArtifactStream",
+    "AsyncVault",
+    "Descriptor",
+    "Expired",
+    "GcReport",
+    "IdempotencyConflict",
+    "IntegrityError",
+    "InvalidArgument",
+    "InvalidId",
+    "InvalidMetadata",
+    "InvalidScope",
+    "NotFound",
+    "Principal",
+    "RefvaultError",
+    "Scope",
+    "StorageError",
+    "Vault",
+    "VerifyReport",
+    "errors",
+]
 
 if TYPE_CHECKING:
     from refvault import errors

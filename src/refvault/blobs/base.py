@@ -52,7 +52,11 @@ class BlobWriter(Protocol):
         """Make the written bytes durable while still private."""
 
     def publish(self, key: BlobKey) -> None:
-        """Atomically make the sealed bytes visible under ``key``, durably."""
+        """Atomically make the sealed bytes visible under ``key``, durably.
+
+        Calling it again (a retried transaction) must confirm the object is
+        still present, and raise :class:`~refvault.errors.StorageError` if not.
+        """
 
     def abort(self) -> None:
         """Discard the bytes. Safe to call after ``publish`` or twice."""

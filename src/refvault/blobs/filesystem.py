@@ -92,10 +92,11 @@ class _FileReader:
 
 
 class _FileWriter:
-    __slots__ = ("_fd", "_name", "_store")
+    __slots__ = ("_fd", "_name", "_published", "_store")
 
     def __init__(self, store: FilesystemBlobStore) -> None:
         self._store = store
+        self._published: BlobKey | None = None
         self._name = secrets.token_hex(16) + ".tmp"
         try:
             self._fd = os.open(
@@ -132,11 +133,19 @@ class _FileWriter:
             raise
 
     def publish(self, key: BlobKey) -> None:
+        if self._published is not None:
+            # A retry after a failed transaction: the rename already happened, outside
+            # the lock that failed; the bytes must still be there to be referenced.
+            if self._published != key or not self._store.exists(key):
+                raise StorageError(errno.ENOENT, "the blob vanished before its manifest committed; retry the put")
+            return
         try:
             if self._fd >= 0:
+                os.utime(self._fd)  # the object's age counts from publication (gc's grace)
                 os.close(self._fd)
                 self._fd = -1
             self._store._publish(self._name, key)
+            self._published = key
         except BaseException:
             self.abort()
             raise
@@ -159,8 +168,13 @@ class FilesystemBlobStore:
             self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             self._blobs_fd, _ = _open_dir("blobs", self._root_fd, create=True)
             self._tmp_fd, _ = _open_dir("tmp", self._root_fd, create=True)
+            _fsync(self._root_fd, "the store root")
         except OSError as exc:
             raise _storage_error("opening the blob store", exc) from None
+        # Directories whose entry in their parent this process has made durable. A
+        # directory another process created may not be durable yet, so each process
+        # fsyncs the parent once itself rather than trusting "it already existed".
+        self._durable: set[str] = set()
 
     # -- writing ---------------------------------------------------------------
 
@@ -170,16 +184,19 @@ class FilesystemBlobStore:
     def _publish(self, temp_name: str, key: BlobKey) -> None:
         fds: list[int] = []
         try:
-            ns_fd, ns_created = _open_dir(key.namespace, self._blobs_fd, create=True)
+            ns_fd, _ = _open_dir(key.namespace, self._blobs_fd, create=True)
             fds.append(ns_fd)
-            shard_fd, shard_created = _open_dir(key.digest[:2], ns_fd, create=True)
+            if key.namespace not in self._durable:
+                _fsync(self._blobs_fd, "the blob root")
+                self._durable.add(key.namespace)
+            shard_fd, _ = _open_dir(key.digest[:2], ns_fd, create=True)
             fds.append(shard_fd)
+            shard = f"{key.namespace}/{key.digest[:2]}"
+            if shard not in self._durable:
+                _fsync(ns_fd, "a blob directory")
+                self._durable.add(shard)
             os.replace(temp_name, key.digest, src_dir_fd=self._tmp_fd, dst_dir_fd=shard_fd)
             _fsync(shard_fd, "a blob directory")
-            if shard_created:
-                _fsync(ns_fd, "a blob directory")
-            if ns_created:
-                _fsync(self._blobs_fd, "the blob root")
         except StorageError:
             raise
         except OSError as exc:
@@ -278,12 +295,16 @@ class FilesystemBlobStore:
         with os.scandir(self._tmp_fd) as entries:
             for entry in entries:
                 try:
-                    if entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                        if not dry_run:
-                            os.unlink(entry.name, dir_fd=self._tmp_fd)
-                        removed += 1
+                    st = entry.stat(follow_symlinks=False)
+                    if not stat.S_ISREG(st.st_mode) or st.st_mtime >= cutoff:
+                        continue  # only our own temporaries are regular files; leave anything else
+                    if not dry_run:
+                        os.unlink(entry.name, dir_fd=self._tmp_fd)
+                    removed += 1
                 except FileNotFoundError:
                     continue
+                except OSError as exc:
+                    raise _storage_error("removing a temporary", exc) from None
         return removed
 
     def close(self) -> None:

@@ -28,13 +28,13 @@ class Pending:
     publication: Publication
     writer: BlobWriter | None
     done: bool = False
-    published: bool = False
     outcome: Manifest | BaseException | None = field(default=None)
 
     def make_visible(self) -> None:
-        if self.writer is not None and not self.published:
+        # Called inside the publish transaction; on a retry the writer re-checks
+        # that the bytes it published earlier are still there.
+        if self.writer is not None:
             self.writer.publish(self.publication.blob.key)
-            self.published = True
 
     def result(self) -> Manifest:
         if isinstance(self.outcome, Manifest):

@@ -49,6 +49,11 @@ class Ingested:
         )
 
 
+def _owned(piece: bytes | bytearray | memoryview) -> memoryview:
+    """A view the source cannot change under us (a reader may reuse its buffer)."""
+    return memoryview(piece if isinstance(piece, bytes) else bytes(piece)).cast("B")
+
+
 def _pieces(data: object) -> Iterator[memoryview]:
     if isinstance(data, str):
         raise InvalidArgument("data must be bytes, a binary file or an iterable of bytes; encode text first")
@@ -65,12 +70,12 @@ def _pieces(data: object) -> Iterator[memoryview]:
                 return
             if not isinstance(piece, bytes | bytearray | memoryview):
                 raise InvalidArgument("the file must be opened in binary mode ('rb')")
-            yield memoryview(piece).cast("B")
+            yield _owned(piece)
     if isinstance(data, Iterable):
         for piece in data:
             if not isinstance(piece, bytes | bytearray | memoryview):
                 raise InvalidArgument("an iterable given as data must yield bytes")
-            yield memoryview(piece).cast("B")
+            yield _owned(piece)
         return
     raise InvalidArgument("data must be bytes, a binary file or an iterable of bytes")
 
