@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import secrets
 import stat
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import cast
 
 from refvault.blobs.base import BlobKey
 from refvault.errors import StorageError
@@ -46,15 +49,42 @@ def _storage_error(action: str, exc: OSError) -> StorageError:
 
 
 def _open_dir(name: str, parent_fd: int, *, create: bool) -> tuple[int, bool]:
-    """Open directory ``name`` under ``parent_fd`` without following links; maybe create it."""
+    """Open directory ``name`` under ``parent_fd`` without following links; maybe create it.
+
+    Returns the descriptor and whether this call created the directory.
+    """
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd), False
+    except FileNotFoundError:
+        if not create:
+            raise
     created = False
-    if create:
-        try:
-            os.mkdir(name, 0o750, dir_fd=parent_fd)
-            created = True
-        except FileExistsError:
-            pass
+    try:
+        os.mkdir(name, 0o750, dir_fd=parent_fd)
+        created = True
+    except FileExistsError:
+        pass  # another writer made it first
     return os.open(name, _DIR_FLAGS, dir_fd=parent_fd), created
+
+
+_WRITEBACK_EVERY = 8 << 20
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+@functools.cache
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's ``sync_file_range`` (Linux), or None where it is unavailable."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        function = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return cast(Callable[[int, int, int, int], int], function)
 
 
 def _fsync(fd: int, what: str) -> None:
@@ -92,11 +122,13 @@ class _FileReader:
 
 
 class _FileWriter:
-    __slots__ = ("_fd", "_name", "_published", "_store")
+    __slots__ = ("_fd", "_kicked", "_name", "_published", "_store", "_written")
 
     def __init__(self, store: FilesystemBlobStore) -> None:
         self._store = store
         self._published: BlobKey | None = None
+        self._written = 0
+        self._kicked = 0
         self._name = secrets.token_hex(16) + ".tmp"
         try:
             self._fd = os.open(
@@ -116,13 +148,20 @@ class _FileWriter:
         except OSError as exc:
             self.abort()
             raise _storage_error("writing a temporary file", exc) from None
+        self._written += len(data)
+        if self._written - self._kicked >= _WRITEBACK_EVERY:
+            self._start_writeback()
 
-    def flush(self) -> None:
-        """Push written bytes towards the disk early, so the final fsync is short."""
-        try:
-            os.fdatasync(self._fd)
-        except OSError as exc:
-            raise _storage_error("flushing a blob", exc) from None
+    def _start_writeback(self) -> None:
+        """Ask the kernel to start writing what we wrote so far, without waiting.
+
+        The final fsync then finds little left to do, so disk I/O overlaps the
+        hashing of later chunks. Advisory only: errors surface at fsync.
+        """
+        start = _sync_file_range()
+        if start is not None:
+            start(self._fd, self._kicked, self._written - self._kicked, _SYNC_FILE_RANGE_WRITE)
+        self._kicked = self._written
 
     def seal(self) -> None:
         try:
@@ -171,9 +210,7 @@ class FilesystemBlobStore:
             _fsync(self._root_fd, "the store root")
         except OSError as exc:
             raise _storage_error("opening the blob store", exc) from None
-        # Directories whose entry in their parent this process has made durable. A
-        # directory another process created may not be durable yet, so each process
-        # fsyncs the parent once itself rather than trusting "it already existed".
+        # Namespaces whose directory entries this process has made durable itself.
         self._durable: set[str] = set()
 
     # -- writing ---------------------------------------------------------------
@@ -181,20 +218,39 @@ class FilesystemBlobStore:
     def writer(self) -> _FileWriter:
         return _FileWriter(self)
 
+    def _namespace(self, namespace: str) -> int:
+        """Open a namespace directory, creating it with all 256 shard directories if needed.
+
+        Each process fsyncs a namespace directory and its parent once before
+        its first publication there, rather than trusting that whoever created
+        them did: that creator may have been killed before its fsync. Because
+        shards are created up front, this one fsync makes all their entries
+        durable.
+        """
+        ns_fd, created = _open_dir(namespace, self._blobs_fd, create=True)
+        try:
+            if created:
+                for shard in range(256):
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(f"{shard:02x}", 0o750, dir_fd=ns_fd)
+            if namespace not in self._durable:
+                _fsync(ns_fd, "a blob directory")
+                _fsync(self._blobs_fd, "the blob root")
+                self._durable.add(namespace)
+        except BaseException:
+            os.close(ns_fd)
+            raise
+        return ns_fd
+
     def _publish(self, temp_name: str, key: BlobKey) -> None:
         fds: list[int] = []
         try:
-            ns_fd, _ = _open_dir(key.namespace, self._blobs_fd, create=True)
+            ns_fd = self._namespace(key.namespace)
             fds.append(ns_fd)
-            if key.namespace not in self._durable:
-                _fsync(self._blobs_fd, "the blob root")
-                self._durable.add(key.namespace)
-            shard_fd, _ = _open_dir(key.digest[:2], ns_fd, create=True)
+            shard_fd, created = _open_dir(key.digest[:2], ns_fd, create=True)
             fds.append(shard_fd)
-            shard = f"{key.namespace}/{key.digest[:2]}"
-            if shard not in self._durable:
+            if created:  # a shard missing from its namespace (its creator was interrupted)
                 _fsync(ns_fd, "a blob directory")
-                self._durable.add(shard)
             os.replace(temp_name, key.digest, src_dir_fd=self._tmp_fd, dst_dir_fd=shard_fd)
             _fsync(shard_fd, "a blob directory")
         except StorageError:

@@ -17,7 +17,6 @@ Contract (checked for every backend by ``tests/test_conformance.py``):
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,8 +37,8 @@ class BlobRecord:
     """Trusted facts about one stored blob.
 
     ``chunk_digests`` is the concatenated SHA-256 of each ``chunk_size`` slice
-    of the bytes (the last may be short), computed from the same bytes as the
-    content hash at capture. ``inline`` holds the bytes of small blobs, which
+    of the bytes (the last may be short), or empty until the first selective
+    read derives them from bytes that matched the content hash. ``inline`` holds the bytes of small blobs, which
     live in the catalog itself and commit atomically with their manifest.
     """
 
@@ -124,11 +123,6 @@ def replay_or_conflict(existing: Manifest, new: Manifest) -> Manifest:
     return existing
 
 
-def key_fingerprint(key: BlobKey) -> int:
-    """A stable 63-bit integer for a blob key (for advisory locks and sharding)."""
-    return int.from_bytes(hashlib.sha256(f"{key.namespace}/{key.digest}".encode()).digest()[:8], "big") >> 1
-
-
 class Catalog(Protocol):
     """Trusted manifest storage shared by every process that opens the store."""
 
@@ -166,5 +160,8 @@ class Catalog(Protocol):
         """
 
     def has_blob(self, key: BlobKey) -> bool: ...
+
+    def record_chunks(self, key: BlobKey, chunk_size: int, digests: bytes) -> None:
+        """Record chunk digests derived (and checked against the content hash) by a reader."""
 
     def close(self) -> None: ...

@@ -10,7 +10,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from refvault.blobs.base import BlobKey
@@ -50,7 +50,11 @@ class MemoryCatalog:
                         return replay_or_conflict(row.manifest, m)
                     except RefvaultError as exc:
                         return exc
-        self._blobs[item.blob.key] = (item.blob, time.time())
+        previous = self._blobs.get(item.blob.key)
+        record = item.blob
+        if previous is not None and previous[0].chunk_digests:
+            record = replace(record, chunk_size=previous[0].chunk_size, chunk_digests=previous[0].chunk_digests)
+        self._blobs[item.blob.key] = (record, time.time())
         self._rows[m.artifact_id] = _Row(next(self._seq), m)
         return m
 
@@ -63,6 +67,12 @@ class MemoryCatalog:
         with self._lock:
             entry = self._blobs.get(key)
         return None if entry is None else entry[0]
+
+    def record_chunks(self, key: BlobKey, chunk_size: int, digests: bytes) -> None:
+        with self._lock:
+            entry = self._blobs.get(key)
+            if entry is not None:
+                self._blobs[key] = (replace(entry[0], chunk_size=chunk_size, chunk_digests=digests), entry[1])
 
     def has_blob(self, key: BlobKey) -> bool:
         return self.blob(key) is not None

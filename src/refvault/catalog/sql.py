@@ -62,6 +62,34 @@ def _manifest(row: sa.Row[Any]) -> Manifest:
     )
 
 
+# Statements are built once: SQLAlchemy then reuses their compiled form, which keeps
+# the write lock's hold time per put to the database work itself.
+_IN_SCOPE = sa.and_(
+    artifacts.c.tenant == sa.bindparam("tenant"),
+    artifacts.c.user_name == sa.bindparam("user_name"),
+    artifacts.c.session == sa.bindparam("session"),
+)
+_FIND = sa.select(artifacts).where(artifacts.c.artifact_id == sa.bindparam("artifact_id"), _IN_SCOPE)
+_FIND_KEY = sa.select(artifacts).where(_IN_SCOPE, artifacts.c.idempotency_key == sa.bindparam("idempotency_key"))
+_BLOB = sa.select(blobs).where(blobs.c.namespace == sa.bindparam("ns"), blobs.c.digest == sa.bindparam("dg"))
+_upsert = sqlite.insert(blobs)
+# A re-published blob has the same bytes: refresh its age, heal inline bytes, keep derived chunk digests.
+_UPSERT_BLOB = _upsert.on_conflict_do_update(
+    index_elements=[blobs.c.namespace, blobs.c.digest],
+    set_={"touched_us": _upsert.excluded.touched_us, "inline_data": _upsert.excluded.inline_data},
+)
+_INSERT_ARTIFACT = artifacts.insert()
+_RECORD_CHUNKS = (
+    blobs.update()
+    .where(blobs.c.namespace == sa.bindparam("ns"), blobs.c.digest == sa.bindparam("dg"))
+    .values(chunk_size=sa.bindparam("chunk_size"), chunk_digests=sa.bindparam("chunk_digests"))
+)
+
+
+def _scope_params(scope: Scope) -> dict[str, str]:
+    return {"tenant": scope.tenant, "user_name": scope.user, "session": scope.session}
+
+
 def _scope_match(scope: Scope) -> sa.ColumnElement[bool]:
     return sa.and_(
         artifacts.c.tenant == scope.tenant,
@@ -112,64 +140,40 @@ class SqlCatalog:
 
     def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
         results: list[Manifest | RefvaultError] = []
+        blob_rows: list[dict[str, Any]] = []
+        artifact_rows: list[dict[str, Any]] = []
         with self._write() as conn, conn.begin():
             make_visible()
             now = _now_us()
+            claimed: dict[tuple[Scope, str], Manifest] = {}  # idempotency keys taken by this batch
             for item in items:
-                try:
-                    results.append(self._publish_one(conn, item, now))
-                except RefvaultError as exc:
-                    results.append(exc)
+                m = item.manifest
+                if m.idempotency_key is not None:
+                    existing = claimed.get((m.scope, m.idempotency_key))
+                    if existing is None:
+                        row = conn.execute(
+                            _FIND_KEY, {**_scope_params(m.scope), "idempotency_key": m.idempotency_key}
+                        ).first()
+                        existing = None if row is None else _manifest(row)
+                    if existing is not None:
+                        try:
+                            results.append(replay_or_conflict(existing, m))
+                        except RefvaultError as exc:
+                            results.append(exc)
+                        continue
+                    claimed[(m.scope, m.idempotency_key)] = m
+                blob_rows.append(_blob_row(item.blob, now))
+                artifact_rows.append(_artifact_row(m))
+                results.append(m)
+            if blob_rows:
+                conn.execute(_UPSERT_BLOB, blob_rows)
+                conn.execute(_INSERT_ARTIFACT, artifact_rows)
         return results
 
-    def _publish_one(self, conn: sa.Connection, item: Publication, now: int) -> Manifest:
-        m = item.manifest
-        if m.idempotency_key is not None:
-            row = conn.execute(
-                sa.select(artifacts).where(_scope_match(m.scope), artifacts.c.idempotency_key == m.idempotency_key)
-            ).first()
-            if row is not None:
-                return replay_or_conflict(_manifest(row), m)
-        blob = item.blob
-        values = {
-            "namespace": blob.key.namespace,
-            "digest": blob.key.digest,
-            "size": blob.size,
-            "chunk_size": blob.chunk_size,
-            "chunk_digests": blob.chunk_digests,
-            "inline_data": blob.inline,
-            "touched_us": now,
-        }
-        upsert = sqlite.insert(blobs).values(**values)
-        conn.execute(
-            upsert.on_conflict_do_update(
-                index_elements=[blobs.c.namespace, blobs.c.digest],
-                set_={k: upsert.excluded[k] for k in values if k not in ("namespace", "digest")},
-            )
-        )
-        conn.execute(
-            artifacts.insert().values(
-                artifact_id=m.artifact_id,
-                tenant=m.scope.tenant,
-                user_name=m.scope.user,
-                session=m.scope.session,
-                namespace=blob.key.namespace,
-                digest=m.digest,
-                size=m.size,
-                media_type=m.media_type,
-                disclosure=m.disclosure,
-                filename=m.filename,
-                tool_call_id=m.tool_call_id,
-                run_id=m.run_id,
-                schema_version=m.schema_version,
-                created_us=_us(m.created_at),
-                expires_us=None if m.expires_at is None else _us(m.expires_at),
-                source_version=json.dumps(m.source_version, sort_keys=True, separators=(",", ":")),
-                completeness=json.dumps(m.completeness, sort_keys=True, separators=(",", ":")),
-                idempotency_key=m.idempotency_key,
-            )
-        )
-        return m
+    def record_chunks(self, key: BlobKey, chunk_size: int, digests: bytes) -> None:
+        params = {"ns": key.namespace, "dg": key.digest, "chunk_size": chunk_size, "chunk_digests": digests}
+        with self._write() as conn, conn.begin():
+            conn.execute(_RECORD_CHUNKS, params)
 
     def delete(self, scope: Scope, artifact_id: str) -> bool:
         with self._write() as conn, conn.begin():
@@ -201,16 +205,12 @@ class SqlCatalog:
 
     def find(self, scope: Scope, artifact_id: str) -> Manifest | None:
         with self._read() as conn:
-            row = conn.execute(
-                sa.select(artifacts).where(artifacts.c.artifact_id == artifact_id, _scope_match(scope))
-            ).first()
+            row = conn.execute(_FIND, {**_scope_params(scope), "artifact_id": artifact_id}).first()
         return None if row is None else _manifest(row)
 
     def blob(self, key: BlobKey) -> BlobRecord | None:
         with self._read() as conn:
-            row = conn.execute(
-                sa.select(blobs).where(blobs.c.namespace == key.namespace, blobs.c.digest == key.digest)
-            ).first()
+            row = conn.execute(_BLOB, {"ns": key.namespace, "dg": key.digest}).first()
         return None if row is None else _blob_record(row)
 
     def has_blob(self, key: BlobKey) -> bool:
@@ -246,6 +246,45 @@ class SqlCatalog:
 
     def close(self) -> None:
         self._engine.dispose()
+
+
+def _blob_row(blob: BlobRecord, now: int) -> dict[str, Any]:
+    return {
+        "namespace": blob.key.namespace,
+        "digest": blob.key.digest,
+        "size": blob.size,
+        "chunk_size": blob.chunk_size,
+        "chunk_digests": blob.chunk_digests,
+        "inline_data": blob.inline,
+        "touched_us": now,
+    }
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _artifact_row(m: Manifest) -> dict[str, Any]:
+    return {
+        "artifact_id": m.artifact_id,
+        "tenant": m.scope.tenant,
+        "user_name": m.scope.user,
+        "session": m.scope.session,
+        "namespace": m.key.namespace,
+        "digest": m.digest,
+        "size": m.size,
+        "media_type": m.media_type,
+        "disclosure": m.disclosure,
+        "filename": m.filename,
+        "tool_call_id": m.tool_call_id,
+        "run_id": m.run_id,
+        "schema_version": m.schema_version,
+        "created_us": _us(m.created_at),
+        "expires_us": None if m.expires_at is None else _us(m.expires_at),
+        "source_version": _json(m.source_version),
+        "completeness": _json(m.completeness),
+        "idempotency_key": m.idempotency_key,
+    }
 
 
 def _blob_record(row: sa.Row[Any]) -> BlobRecord:

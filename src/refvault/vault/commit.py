@@ -46,32 +46,36 @@ class Pending:
 class GroupCommit:
     """Leader/follower batching of catalog publications (see the module docstring)."""
 
-    def __init__(self, catalog: Catalog) -> None:
+    def __init__(self, catalog: Catalog, *, max_batch: int = 256) -> None:
         self._catalog = catalog
+        self._max_batch = max_batch
         self._cond = threading.Condition()
         self._queue: list[Pending] = []
         self._leading = False
 
     def submit(self, pending: Pending) -> Manifest:
+        """Publish ``pending`` (in whatever batch it lands in) and return its outcome."""
         with self._cond:
             self._queue.append(pending)
-            while self._leading and not pending.done:
-                self._cond.wait()
-            if pending.done:
-                return pending.result()
-            self._leading = True
-            batch, self._queue = self._queue, []
-        try:
-            self._commit(batch)
-        finally:
+        while True:
             with self._cond:
-                for item in batch:
-                    if not item.done:
-                        item.outcome = StorageError("the publish transaction was interrupted")
-                        item.done = True
-                self._leading = False
-                self._cond.notify_all()
-        return pending.result()
+                while self._leading and not pending.done:
+                    self._cond.wait()
+                if pending.done:
+                    return pending.result()
+                self._leading = True
+                batch = self._queue[: self._max_batch]
+                del self._queue[: self._max_batch]
+            try:
+                self._commit(batch)
+            finally:
+                with self._cond:
+                    for item in batch:
+                        if not item.done:
+                            item.outcome = StorageError("the publish transaction was interrupted")
+                            item.done = True
+                    self._leading = False
+                    self._cond.notify_all()
 
     def _commit(self, batch: Sequence[Pending]) -> None:
         try:

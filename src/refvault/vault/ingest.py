@@ -2,14 +2,15 @@
 
 ``data`` may be ``bytes``-like, a binary file object or an iterable of
 ``bytes``. It is consumed once, in aligned 1 MiB chunks, so memory stays
-bounded whatever the input size. Each chunk feeds the full SHA-256 (the
-content hash) and its own SHA-256 (the chunk digest reads verify against).
+bounded whatever the input size, and hashed once with SHA-256 (the content
+hash). Per-chunk digests, which selective reads verify against, are derived
+later, on the first selective read (see :mod:`refvault.vault.verified`): a
+capture pays for exactly one hash pass.
 
 Small inputs (at most ``inline_max`` bytes) stay in memory and are stored in
 the catalog row itself. Larger ones stream into a private blob writer; past
-the first few chunks a background thread does the writing so hashing and
-disk I/O overlap, and it asks the kernel to flush every few chunks so the
-final ``fsync`` has little left to do.
+the first two chunks a helper thread does the writing, so hashing and the
+copy into the page cache overlap on two cores.
 """
 
 from __future__ import annotations
@@ -31,11 +32,10 @@ __all__ = ["Ingested", "ingest"]
 
 @dataclass(slots=True)
 class Ingested:
-    """The result of consuming the input: digest, size, chunk digests, and where the bytes are."""
+    """The result of consuming the input: digest, size, and where the bytes are."""
 
     digest: str
     size: int
-    chunk_digests: bytes
     inline: bytes | None
     writer: BlobWriter | None
 
@@ -44,7 +44,7 @@ class Ingested:
             key=BlobKey(namespace, self.digest),
             size=self.size,
             chunk_size=CHUNK_SIZE,
-            chunk_digests=self.chunk_digests,
+            chunk_digests=b"",
             inline=self.inline,
         )
 
@@ -96,26 +96,21 @@ def aligned_chunks(data: object) -> Iterator[memoryview]:
 
 
 class _BackgroundWriter:
-    """Writes chunks on a helper thread, flushing every ``flush_every`` chunks."""
+    """Writes chunks on a helper thread, in order, at most a few chunks behind."""
 
-    def __init__(self, writer: BlobWriter, flush_every: int = 8) -> None:
+    def __init__(self, writer: BlobWriter) -> None:
         self._writer = writer
         self._queue: queue.Queue[memoryview | None] = queue.Queue(maxsize=4)
         self._error: BaseException | None = None
-        self._flush_every = flush_every
         self._thread = threading.Thread(target=self._run, name="refvault-writer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        written = 0
         while (chunk := self._queue.get()) is not None:
             if self._error is not None:
                 continue
             try:
                 self._writer.write(chunk)
-                written += 1
-                if written % self._flush_every == 0:
-                    _start_flush(self._writer)
             except BaseException as exc:  # handed to the caller in finish()
                 self._error = exc
 
@@ -131,25 +126,16 @@ class _BackgroundWriter:
             raise self._error
 
 
-def _start_flush(writer: BlobWriter) -> None:
-    flush = getattr(writer, "flush", None)
-    if callable(flush):
-        flush()
-
-
 def ingest(data: object, blobs: BlobStore, *, inline_max: int) -> Ingested:
     """Consume ``data`` once; return its digests and a sealed writer (or the inline bytes)."""
     chunks = aligned_chunks(data)
     full = hashlib.sha256()
-    digests = bytearray()
     first = next(chunks, None)
     second = next(chunks, None) if first is not None else None
     if second is None and (first is None or len(first) <= inline_max):  # small: keep inline
         inline = b"" if first is None else bytes(first)
         full.update(inline)
-        if inline:
-            digests += full.digest()
-        return Ingested(full.hexdigest(), len(inline), bytes(digests), inline, None)
+        return Ingested(full.hexdigest(), len(inline), inline, None)
 
     writer = blobs.writer()
     background: _BackgroundWriter | None = None
@@ -164,7 +150,6 @@ def ingest(data: object, blobs: BlobStore, *, inline_max: int) -> Ingested:
             else:
                 writer.write(chunk)
             full.update(chunk)
-            digests += hashlib.sha256(chunk).digest()
             size += len(chunk)
         if background is not None:
             background.finish()
@@ -176,4 +161,4 @@ def ingest(data: object, blobs: BlobStore, *, inline_max: int) -> Ingested:
                 background.finish()
         writer.abort()
         raise
-    return Ingested(full.hexdigest(), size, bytes(digests), None, writer)
+    return Ingested(full.hexdigest(), size, None, writer)

@@ -304,8 +304,7 @@ class Vault:
         except IntegrityError as exc:
             return Problem(exc.kind, key.digest, str(exc), ids)
         try:
-            if blob.full_digest() != key.digest:
-                return Problem("corrupt", key.digest, "the content hash does not match", ids)
+            blob.check()
         except IntegrityError as exc:
             return Problem(exc.kind, key.digest, str(exc), ids)
         finally:

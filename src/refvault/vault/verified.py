@@ -7,11 +7,15 @@ What is verified, and when:
   fails here, before any byte is read).
 * Inline blobs (small ones kept in the catalog) are hashed whole against the
   content hash at open.
-* Blobs in a blob store are read in 1 MiB chunks, and each chunk is hashed
-  against its recorded SHA-256 before any byte of it is returned. Chunk
-  digests were computed at capture from the same bytes as the content hash,
-  and are trusted catalog state. So a full read costs one SHA-256 pass, and a
-  window costs only the chunks it touches, without weakening the guarantee.
+* A whole read of a stored blob reads it once through one handle and hashes
+  it once against the content hash before returning anything.
+* Selective reads (streams, ranges) verify 1 MiB chunks against per-chunk
+  SHA-256 digests before returning any byte of them. Capture hashes each byte
+  only once, so chunk digests are derived on the first selective read: one
+  pass over the blob computes the content hash and every chunk digest from the
+  same bytes; only if the content hash matches are the chunk digests recorded
+  in the catalog (trusted state from then on). Later windows cost only the
+  chunks they touch. ``verify`` re-checks both.
 * Every read opens the object once and reads only through that handle, so
   verification and selection bind to the same object version.
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import io
 from collections.abc import Iterator
+from dataclasses import replace
 
 from refvault.blobs.base import BlobKey, BlobReader, BlobStore
 from refvault.catalog.base import BlobRecord, Catalog
@@ -37,6 +42,7 @@ class VerifiedBlob:
 
     def __init__(self, artifact_id: str, key: BlobKey, size: int, catalog: Catalog, blobs: BlobStore) -> None:
         self.artifact_id = artifact_id
+        self._catalog = catalog
         record = catalog.blob(key)
         if record is None:
             raise self._damage("its blob record is missing", kind="missing")
@@ -58,7 +64,7 @@ class VerifiedBlob:
             reader.close()
             kind = "truncated" if reader.size < record.size else "longer than recorded (appended)"
             raise self._damage(f"its stored bytes are {kind}")
-        if record.chunks != -(-record.size // record.chunk_size):
+        if record.chunk_digests and record.chunks != -(-record.size // record.chunk_size):
             reader.close()
             raise self._damage("its chunk digests are incomplete")
         self._reader = reader
@@ -75,29 +81,50 @@ class VerifiedBlob:
         """The verified bytes of chunk ``index``."""
         if self.record.inline is not None:
             return self.record.inline
+        if not self.record.chunk_digests:
+            self.derive_chunk_digests()
+        data = self._raw_chunk(index)
+        if hashlib.sha256(data).digest() != self.record.chunk_digest(index):
+            raise self._damage(f"chunk {index} does not match its digest")
+        return data
+
+    def _raw_chunk(self, index: int) -> bytes:
         assert self._reader is not None
         start = index * self.chunk_size
         length = min(self.chunk_size, self.size - start)
         data = self._reader.read(start, length)
         if len(data) != length:
             raise self._damage(f"chunk {index} is truncated")
-        if hashlib.sha256(data).digest() != self.record.chunk_digest(index):
-            raise self._damage(f"chunk {index} does not match its digest")
         return data
 
+    def _scan(self) -> tuple[str, bytes]:
+        """One pass: the content hash and every chunk digest, from the same bytes."""
+        full = hashlib.sha256()
+        digests = bytearray()
+        for index in range(self.chunks):
+            data = self._raw_chunk(index)
+            full.update(data)
+            digests += hashlib.sha256(data).digest()
+        return full.hexdigest(), bytes(digests)
+
+    def derive_chunk_digests(self) -> None:
+        """Compute and record chunk digests, after checking the content hash over the same bytes."""
+        content_hash, digests = self._scan()
+        if content_hash != self.record.key.digest:
+            raise self._damage("its bytes do not match the content hash")
+        self.record = replace(self.record, chunk_digests=digests)
+        self._catalog.record_chunks(self.record.key, self.chunk_size, digests)
+
     def read_all(self) -> bytes:
-        """Every byte, verified; one read and one hash pass."""
+        """Every byte, verified against the content hash; one read and one hash pass."""
         if self.record.inline is not None:
             return self.record.inline
         assert self._reader is not None
         data = self._reader.read(0, self.size)
         if len(data) != self.size:
             raise self._damage("it is shorter than recorded")
-        view = memoryview(data)
-        for index in range(self.chunks):
-            piece = view[index * self.chunk_size : (index + 1) * self.chunk_size]
-            if hashlib.sha256(piece).digest() != self.record.chunk_digest(index):
-                raise self._damage(f"chunk {index} does not match its digest")
+        if hashlib.sha256(data).hexdigest() != self.record.key.digest:
+            raise self._damage("its bytes do not match the content hash")
         return data
 
     def read_range(self, offset: int, length: int) -> bytes:
@@ -110,12 +137,18 @@ class VerifiedBlob:
         base = first * self.chunk_size
         return joined[offset - base : end - base]
 
-    def full_digest(self) -> str:
-        """Re-hash every byte with SHA-256 (what ``verify`` compares with the content hash)."""
-        full = hashlib.sha256()
-        for index in range(self.chunks):
-            full.update(self.chunk(index))
-        return full.hexdigest()
+    def check(self) -> None:
+        """Re-hash every byte: content hash and, where recorded, chunk digests (for ``verify``)."""
+        if self.record.inline is not None:
+            return  # verified whole at open
+        if not self.record.chunk_digests:
+            self.derive_chunk_digests()
+            return
+        content_hash, digests = self._scan()
+        if content_hash != self.record.key.digest:
+            raise self._damage("its bytes do not match the content hash")
+        if digests != self.record.chunk_digests:
+            raise self._damage("its recorded chunk digests do not match its bytes")
 
     def close(self) -> None:
         if self._reader is not None:
