@@ -450,8 +450,12 @@ def test_demo_json(cli: Cli) -> None:
     assert out["ok"] is True
     assert out["store"] is None
     assert_descriptor(out["descriptor"])
-    assert [c["name"] for c in out["checks"]] == ["capture", "dedup", "isolation", "verify", "read back"]
+    assert [c["name"] for c in out["checks"]] == ["capture", "dedup", "isolation", "verify", "read back", "tamper"]
     assert all(c["ok"] for c in out["checks"])
+    tamper = out["checks"][5]
+    assert tamper["refused"] is True
+    assert tamper["healed"] is True
+    assert sorted(tamper["named"]) == sorted([out["descriptor"]["artifact_id"], out["checks"][1]["artifact_id"]])
     dedup = out["checks"][1]
     assert dedup["artifact_id"] != out["descriptor"]["artifact_id"]
     assert dedup["content_hash"] == out["descriptor"]["content_hash"]

@@ -9,7 +9,10 @@ and checks, with the real vault, that:
 3. another tenant cannot see the artifact: it gets the same ``NotFound`` as an
    id that never existed;
 4. ``verify`` re-hashes the store and finds nothing wrong;
-5. reading the artifact back yields bytes whose SHA-256 is the content hash.
+5. reading the artifact back yields bytes whose SHA-256 is the content hash;
+6. (temporary store only) one byte flipped on disk is caught: the read is
+   refused with ``IntegrityError`` and ``verify`` names both artifacts; a
+   fresh capture of the same bytes heals the blob.
 
 Each step is a check; :func:`run_demo` returns 0 only if all of them pass.
 """
@@ -27,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from refvault.errors import NotFound
+from refvault.errors import IntegrityError, NotFound
 from refvault.ids import new_artifact_id
 from refvault.model import Descriptor, Scope
 from refvault.vault.vault import Vault
@@ -161,7 +164,7 @@ def _walk(vault: Vault, walk: _Walk) -> None:
     walk.check(
         "verify",
         report.ok,
-        f"re-hashed {report.blobs_checked} blobs ({report.bytes_checked:,} bytes) behind "
+        f"re-hashed {report.blobs_checked} blob(s) ({report.bytes_checked:,} bytes) behind "
         f"{report.artifacts} artifacts: {len(report.problems)} problems",
         blobs_checked=report.blobs_checked,
         artifacts=report.artifacts,
@@ -181,6 +184,36 @@ def _walk(vault: Vault, walk: _Walk) -> None:
     )
 
 
+def _tamper(vault: Vault, walk: _Walk, root: Path) -> None:
+    """Flip one byte of the stored blob behind the vault's back; the vault must notice."""
+    owner = Scope("acme", "ana", "incident-review")
+    assert walk.descriptor is not None
+    first = walk.descriptor
+    digest = first.content_hash.removeprefix("sha256:")
+    [path] = root.glob(f"blobs/*/{digest[:2]}/{digest}")
+    original = path.read_bytes()
+    path.chmod(0o640)
+    path.write_bytes(original[:100] + bytes([original[100] ^ 1]) + original[101:])
+    try:
+        vault.read_bytes(owner, first.artifact_id)
+        refused = False
+    except IntegrityError:
+        refused = True
+    report = vault.verify()
+    named = sorted(report.problems[0].artifact_ids) if report.problems else []
+    vault.put(owner, original, media_type="application/x-ndjson", filename="incidents.jsonl")
+    healed = vault.read_bytes(owner, first.artifact_id) == original and vault.verify().ok
+    walk.check(
+        "tamper",
+        refused and len(named) == 2 and healed,
+        f"flipped one byte on disk: read refused (IntegrityError), verify named {len(named)} artifact(s), "
+        "a fresh capture of the same bytes healed the blob",
+        refused=refused,
+        named=named,
+        healed=healed,
+    )
+
+
 def _not_found(vault: Vault, scope: Scope, artifact_id: str) -> str:
     """How a read of ``artifact_id`` in ``scope`` fails, as an error type name (message has the id)."""
     try:
@@ -197,6 +230,8 @@ def run_demo(store: str | None, as_json: bool) -> int:
         walk = _Walk(store=str(location) if kept else None)
         with Vault.open(location) as vault:
             _walk(vault, walk)
+            if not kept:  # never damage a store the user asked to keep
+                _tamper(vault, walk, location)
     if as_json:
         print(json.dumps(walk.to_dict(), indent=2))
     else:
