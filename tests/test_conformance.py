@@ -379,3 +379,41 @@ def test_reopening_the_embedded_store_keeps_everything(tmp_path: os.PathLike[str
     with Vault.open(tmp_path) as vault:
         assert vault.describe(scope, d.artifact_id) == d
         assert vault.read_bytes(scope, d.artifact_id) == payload(INLINE_MAX * 3, seed=6)
+
+
+# -- audit ---------------------------------------------------------------------------
+
+
+def test_every_operation_is_audited_by_id_only(vault: Vault, scope: Scope) -> None:
+    from refvault import AuditRecord
+
+    records: list[AuditRecord] = []
+    vault.add_audit_sink(records.append)
+    canary = b"CANARY-" + payload(INLINE_MAX * 2, seed=12)
+    d = vault.put(scope, canary, filename="secret-name.txt", source_version={"token": "s3cr3t"})
+    vault.read_range(scope, d.artifact_id, 10, 20)
+    vault.read_bytes(scope, d.artifact_id)
+    vault.stream(scope, d.artifact_id).close()
+    vault.describe(scope, d.artifact_id)
+    vault.list(scope)
+    with pytest.raises(NotFound):
+        vault.read_bytes(Scope("globex", "ana", "s1"), d.artifact_id)
+    vault.delete(scope, d.artifact_id)
+    summary = [(r.action, r.outcome, r.artifact_id, r.byte_range) for r in records]
+    assert summary == [
+        ("put", "ok", d.artifact_id, None),
+        ("read", "ok", d.artifact_id, (10, 30)),
+        ("read", "ok", d.artifact_id, (0, len(canary))),
+        ("read", "ok", d.artifact_id, (0, len(canary))),
+        ("describe", "ok", d.artifact_id, None),
+        ("list", "ok", None, None),
+        ("read", "NotFound", d.artifact_id, None),
+        ("delete", "ok", d.artifact_id, None),
+    ]
+    assert {r.content_hash for r in records if r.outcome == "ok" and r.action not in ("list", "delete")} == {
+        d.content_hash
+    }
+    assert records[6].tenant == "globex"
+    text = repr(records)
+    for secret in ("CANARY", "secret-name", "s3cr3t"):
+        assert secret not in text

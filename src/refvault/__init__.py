@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "AsyncVault": "refvault.vault.aio",
+    "AuditRecord": "refvault.vault.vault",
     "ArtifactStream": "refvault.vault.verified",
     "Descriptor": "refvault.model",
     "GcReport": "refvault.vault.vault",
@@ -45,6 +46,7 @@ _EXPORTS = {
 __all__ = [
     "ArtifactStream",
     "AsyncVault",
+    "AuditRecord",
     "Descriptor",
     "Expired",
     "GcReport",
@@ -80,7 +82,7 @@ if TYPE_CHECKING:
     )
     from refvault.model import Descriptor, Principal, Scope
     from refvault.vault.aio import AsyncVault
-    from refvault.vault.vault import GcReport, Vault, VerifyReport
+    from refvault.vault.vault import AuditRecord, GcReport, Vault, VerifyReport
     from refvault.vault.verified import ArtifactStream
 
 

@@ -8,11 +8,11 @@ and the event loop never blocks on disk or database I/O.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from refvault.model import Descriptor, Scope
-from refvault.vault.vault import GcReport, Vault, VerifyReport
+from refvault.vault.vault import AuditRecord, GcReport, Vault, VerifyReport
 
 __all__ = ["AsyncVault"]
 
@@ -30,13 +30,16 @@ class AsyncVault:
     async def put(self, scope: Scope, data: object, **metadata: Any) -> Descriptor:
         return await asyncio.to_thread(self.vault.put, scope, data, **metadata)
 
+    def add_audit_sink(self, sink: Callable[[AuditRecord], None]) -> None:
+        self.vault.add_audit_sink(sink)
+
     async def describe(self, scope: Scope, artifact_id: str) -> Descriptor:
         return await asyncio.to_thread(self.vault.describe, scope, artifact_id)
 
     async def read_bytes(self, scope: Scope, artifact_id: str) -> bytes:
         return await asyncio.to_thread(self.vault.read_bytes, scope, artifact_id)
 
-    async def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int) -> bytes:
+    async def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int | None) -> bytes:
         return await asyncio.to_thread(self.vault.read_range, scope, artifact_id, offset, length)
 
     async def stream(self, scope: Scope, artifact_id: str) -> AsyncIterator[bytes]:

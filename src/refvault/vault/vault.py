@@ -29,7 +29,8 @@ Invariants, and where each is enforced and tested:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import Any
 
 from refvault.blobs.base import BlobKey, BlobStore
 from refvault.catalog.base import Catalog, Manifest, Publication
-from refvault.errors import Expired, IntegrityError, InvalidArgument, NotFound
+from refvault.errors import Expired, IntegrityError, InvalidArgument, NotFound, RefvaultError
 from refvault.ids import check_artifact_id, namespace_of, new_artifact_id
 from refvault.model import (
     Descriptor,
@@ -57,7 +58,7 @@ from refvault.vault.commit import GroupCommit, Pending
 from refvault.vault.ingest import ingest
 from refvault.vault.verified import ArtifactStream, VerifiedBlob
 
-__all__ = ["DEFAULT_GRACE", "GcReport", "Problem", "Vault", "VerifyReport"]
+__all__ = ["DEFAULT_GRACE", "AuditRecord", "GcReport", "Problem", "Vault", "VerifyReport"]
 
 DEFAULT_GRACE = 3600.0
 DEFAULT_INLINE_MAX = 32 * 1024
@@ -65,6 +66,26 @@ DEFAULT_INLINE_MAX = 32 * 1024
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One vault operation, by id only: never content, never caller-supplied metadata.
+
+    ``outcome`` is ``"ok"`` or the name of the :class:`~refvault.errors.RefvaultError`
+    raised. ``byte_range`` is ``(start, end)`` of what a read returned (a stream
+    records the whole artifact it may return).
+    """
+
+    at: datetime
+    action: str  # "put" | "describe" | "read" | "list" | "delete"
+    outcome: str
+    tenant: str | None
+    user: str | None
+    session: str | None
+    artifact_id: str | None = None
+    content_hash: str | None = None
+    byte_range: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +146,43 @@ class Vault:
         self.inline_max = inline_max
         self.grace = grace
         self._committer = GroupCommit(catalog)
+        self._audit_sinks: list[Callable[[AuditRecord], None]] = []
+
+    def add_audit_sink(self, sink: Callable[[AuditRecord], None]) -> None:
+        """Call ``sink`` with an :class:`AuditRecord` after every put, read, describe, list and delete.
+
+        Sinks run synchronously in the caller's thread; an exception from a sink
+        propagates (audit fails closed).
+        """
+        self._audit_sinks.append(sink)
+
+    @contextmanager
+    def _audited(self, action: str, scope: object, artifact_id: str | None = None) -> Iterator[dict[str, Any]]:
+        facts: dict[str, Any] = {}
+        try:
+            yield facts
+        except RefvaultError as exc:
+            self._emit(action, scope, artifact_id, type(exc).__name__, facts)
+            raise
+        self._emit(action, scope, artifact_id, "ok", facts)
+
+    def _emit(self, action: str, scope: object, artifact_id: str | None, outcome: str, facts: dict[str, Any]) -> None:
+        if not self._audit_sinks:
+            return
+        owner = scope if isinstance(scope, Scope) else None
+        record = AuditRecord(
+            at=self.clock(),
+            action=action,
+            outcome=outcome,
+            tenant=owner.tenant if owner else None,
+            user=owner.user if owner else None,
+            session=owner.session if owner else None,
+            artifact_id=facts.get("artifact_id", artifact_id if isinstance(artifact_id, str) else None),
+            content_hash=facts.get("content_hash"),
+            byte_range=facts.get("byte_range"),
+        )
+        for sink in self._audit_sinks:
+            sink(record)
 
     # -- opening -----------------------------------------------------------------
 
@@ -194,23 +252,42 @@ class Vault:
         first byte is read. With ``idempotency_key``, a retry in the same scope
         returns the first capture's descriptor.
         """
+        with self._audited("put", scope) as facts:
+            descriptor = self._put(
+                scope,
+                data,
+                media_type=media_type,
+                tool_call_id=tool_call_id,
+                run_id=run_id,
+                source_version=source_version,
+                completeness=completeness,
+                schema_version=schema_version,
+                expires_at=expires_at,
+                disclosure=disclosure,
+                idempotency_key=idempotency_key,
+                filename=filename,
+            )
+            facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)
+        return descriptor
+
+    def _put(self, scope: Scope, data: object, **metadata: Any) -> Descriptor:
         now = self.clock()
         draft = Manifest(
             artifact_id=new_artifact_id(),
             scope=_checked_scope(scope),
             digest="0" * 64,
             size=0,
-            media_type=canonical_media_type(media_type),
-            disclosure=checked_disclosure(disclosure),
+            media_type=canonical_media_type(metadata["media_type"]),
+            disclosure=checked_disclosure(metadata["disclosure"]),
             created_at=now,
-            expires_at=checked_expiry(expires_at, now),
-            filename=checked_filename(filename),
-            tool_call_id=checked_label("tool_call_id", tool_call_id),
-            run_id=checked_label("run_id", run_id),
-            schema_version=checked_label("schema_version", schema_version),
-            source_version=checked_json("source_version", source_version),
-            completeness=checked_completeness(completeness),
-            idempotency_key=checked_label("idempotency_key", idempotency_key),
+            expires_at=checked_expiry(metadata["expires_at"], now),
+            filename=checked_filename(metadata["filename"]),
+            tool_call_id=checked_label("tool_call_id", metadata["tool_call_id"]),
+            run_id=checked_label("run_id", metadata["run_id"]),
+            schema_version=checked_label("schema_version", metadata["schema_version"]),
+            source_version=checked_json("source_version", metadata["source_version"]),
+            completeness=checked_completeness(metadata["completeness"]),
+            idempotency_key=checked_label("idempotency_key", metadata["idempotency_key"]),
         )
         got = ingest(data, self.blobs, inline_max=self.inline_max)
         manifest = replace(draft, digest=got.digest, size=got.size)
@@ -234,43 +311,53 @@ class Vault:
 
     def describe(self, scope: Scope, artifact_id: str) -> Descriptor:
         """The descriptor of an artifact visible in ``scope``."""
-        return self._manifest(scope, artifact_id).descriptor()
+        with self._audited("describe", scope, artifact_id) as facts:
+            manifest = self._manifest(scope, artifact_id)
+            facts["content_hash"] = "sha256:" + manifest.digest
+        return manifest.descriptor()
 
     def read_bytes(self, scope: Scope, artifact_id: str) -> bytes:
         """Every byte of the artifact, verified before it is returned."""
-        blob = self._open(scope, artifact_id)
-        try:
-            return blob.read_all()
-        finally:
-            blob.close()
+        return self.read_range(scope, artifact_id, 0, None)
 
-    def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int) -> bytes:
-        """Verified bytes ``[offset, offset + length)``; only the chunks touched are read."""
-        if offset < 0 or length < 0:
-            raise InvalidArgument("offset and length must be non-negative")
-        blob = self._open(scope, artifact_id)
-        try:
-            return blob.read_range(offset, length)
-        finally:
-            blob.close()
+    def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int | None) -> bytes:
+        """Verified bytes ``[offset, offset + length)`` (``None``: to the end); only the chunks touched are read."""
+        with self._audited("read", scope, artifact_id) as facts:
+            if offset < 0 or (length is not None and length < 0):
+                raise InvalidArgument("offset and length must be non-negative")
+            blob = self._open(scope, artifact_id)
+            try:
+                if offset == 0 and (length is None or length >= blob.size):
+                    data = blob.read_all()
+                else:
+                    data = blob.read_range(offset, blob.size if length is None else length)
+            finally:
+                blob.close()
+            facts.update(content_hash="sha256:" + blob.record.key.digest, byte_range=(offset, offset + len(data)))
+        return data
 
     def stream(self, scope: Scope, artifact_id: str) -> ArtifactStream:
         """A seekable binary stream, verified chunk by chunk, in bounded memory."""
-        return ArtifactStream(self._open(scope, artifact_id))
+        with self._audited("read", scope, artifact_id) as facts:
+            blob = self._open(scope, artifact_id)
+            facts.update(content_hash="sha256:" + blob.record.key.digest, byte_range=(0, blob.size))
+        return ArtifactStream(blob)
 
     def list(self, scope: Scope) -> list[Descriptor]:
         """Unexpired artifacts of ``scope``, newest first (ties: latest published first)."""
-        now = self.clock()
-        return [
-            m.descriptor()
-            for m in self.catalog.in_scope(_checked_scope(scope))
-            if m.expires_at is None or now < m.expires_at
-        ]
+        with self._audited("list", scope):
+            now = self.clock()
+            return [
+                m.descriptor()
+                for m in self.catalog.in_scope(_checked_scope(scope))
+                if m.expires_at is None or now < m.expires_at
+            ]
 
     def delete(self, scope: Scope, artifact_id: str) -> None:
         """Remove the artifact's manifest; its bytes go at the next ``gc`` if unreferenced."""
-        if not self.catalog.delete(_checked_scope(scope), check_artifact_id(artifact_id)):
-            raise NotFound(artifact_id)
+        with self._audited("delete", scope, artifact_id):
+            if not self.catalog.delete(_checked_scope(scope), check_artifact_id(artifact_id)):
+                raise NotFound(artifact_id)
 
     # -- maintenance -------------------------------------------------------------
 
