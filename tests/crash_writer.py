@@ -134,9 +134,9 @@ def capture_forever(vault: Any, seed: int) -> None:
                 content_of(tag),
                 source_version={"tag": tag},
                 idempotency_key=key,
-                run_id=f"seed-{seed}",
+                run_id=None if key else f"seed-{seed}",  # a retry must be the same capture, run id included
             )
-        except StorageError as exc:  # a gc elsewhere may sweep a temporary older than its grace: a clean failure
+        except StorageError as exc:  # a storage failure is a clean, reported failure: nothing published
             say(f"err put {type(exc).__name__}")
             continue
         say(f"ack {descriptor.artifact_id} {' '.join(where)} {descriptor.content_hash} {key or '-'} {tag}")

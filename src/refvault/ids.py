@@ -18,10 +18,18 @@ import base64
 import hashlib
 import re
 import secrets
+from typing import TypeGuard
 
 from refvault.errors import InvalidId, InvalidScope
 
-__all__ = ["ARTIFACT_ID_PATTERN", "check_artifact_id", "check_name", "new_artifact_id", "namespace_of"]
+__all__ = [
+    "ARTIFACT_ID_PATTERN",
+    "check_artifact_id",
+    "check_name",
+    "is_artifact_id",
+    "namespace_of",
+    "new_artifact_id",
+]
 
 ARTIFACT_ID_PATTERN = r"^art_[a-z2-7]{26}$"
 _ARTIFACT_ID = re.compile(ARTIFACT_ID_PATTERN)
@@ -33,9 +41,14 @@ def new_artifact_id() -> str:
     return "art_" + base64.b32encode(secrets.token_bytes(16)).decode("ascii").rstrip("=").lower()
 
 
+def is_artifact_id(value: object) -> TypeGuard[str]:
+    """True if ``value`` is a well-formed artifact id."""
+    return isinstance(value, str) and _ARTIFACT_ID.fullmatch(value) is not None
+
+
 def check_artifact_id(value: object) -> str:
     """Return ``value`` if it is a well-formed artifact id, else raise :class:`InvalidId`."""
-    if not isinstance(value, str) or _ARTIFACT_ID.fullmatch(value) is None:
+    if not is_artifact_id(value):
         raise InvalidId("not a refvault artifact id: expected 'art_' followed by 26 characters a-z, 2-7")
     return value
 

@@ -52,8 +52,6 @@ DESCRIPTOR_FIELDS = (
 )
 
 RESOLVER = "refvault.read.v1"
-TEXT_TYPES = frozenset({"application/json", "application/x-ndjson", "application/xml", "application/yaml", "text/csv"})
-RECORD_TYPES = frozenset({"application/x-ndjson", "application/json", "text/csv", "application/vnd.apache.parquet"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +189,15 @@ class Descriptor:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Descriptor:
         """Rebuild a descriptor from :meth:`to_dict` output (e.g. received over HTTP)."""
-        if set(data) != set(DESCRIPTOR_FIELDS):
+        if not isinstance(data, Mapping) or set(data) != set(DESCRIPTOR_FIELDS):
             raise InvalidMetadata("a descriptor has exactly the ten fields of DESCRIPTOR_FIELDS")
+        try:
+            return cls._from_fields(data)
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise InvalidMetadata(f"malformed descriptor ({type(exc).__name__})") from None
+
+    @classmethod
+    def _from_fields(cls, data: Mapping[str, Any]) -> Descriptor:
         expires = data["expires_at"]
         return cls(
             artifact_id=data["artifact_id"],
@@ -235,25 +240,13 @@ def canonical_media_type(value: object) -> str:
     return "; ".join([canonical, *(f"{k}={parsed[k]}" for k in sorted(parsed))])
 
 
-def essence(media_type: str) -> str:
-    """The ``type/subtype`` part of a canonical media type."""
-    return media_type.split(";", 1)[0]
-
-
-def is_text(media_type: str) -> bool:
-    """True for media types whose bytes are text (line and grep reads apply)."""
-    base = essence(media_type)
-    return base.startswith("text/") or base in TEXT_TYPES or base.endswith("+json") or base.endswith("+xml")
-
-
 def selectors_for(media_type: str) -> list[str]:
-    """The selective reads the read API offers for this media type."""
-    selectors = ["byte_range"]
-    if is_text(media_type):
-        selectors += ["lines", "grep"]
-    if essence(media_type) in RECORD_TYPES:
-        selectors += ["record_range", "query"]
-    return selectors
+    """The selective reads the vault serves for this media type.
+
+    Only what exists is listed (a model told about a selector must be able to
+    use it): byte ranges for every artifact today.
+    """
+    return ["byte_range"]
 
 
 def checked_json(name: str, value: object, *, limit: int = 64 * 1024) -> dict[str, Any]:
@@ -264,7 +257,7 @@ def checked_json(name: str, value: object, *, limit: int = 64 * 1024) -> dict[st
         raise InvalidMetadata(f"{name} must be a JSON object (a dict with string keys)")
     try:
         text = json.dumps(value, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidMetadata(f"{name} must be JSON-serialisable: {type(exc).__name__}") from None
     if len(text) > limit:
         raise InvalidMetadata(f"{name} is {len(text)} bytes as JSON; the limit is {limit}")
@@ -334,7 +327,10 @@ def checked_expiry(value: object, now: datetime) -> datetime | None:
         return None
     if not isinstance(value, datetime) or value.tzinfo is None:
         raise InvalidMetadata("expires_at must be a timezone-aware datetime (or None)")
-    moment = value.astimezone(UTC)
+    try:
+        moment = value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidMetadata("expires_at is out of range") from None
     if moment <= now:
         raise InvalidMetadata("expires_at is not in the future")
     return moment

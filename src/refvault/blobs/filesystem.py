@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
 import os
 import secrets
@@ -137,6 +138,8 @@ class _FileWriter:
                 0o600,
                 dir_fd=store._tmp_fd,
             )
+            # Held until the writer is done: gc's sweep never removes a temporary in use.
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             raise _storage_error("creating a temporary file", exc) from None
 
@@ -203,7 +206,7 @@ class FilesystemBlobStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             self._blobs_fd, _ = _open_dir("blobs", self._root_fd, create=True)
             self._tmp_fd, _ = _open_dir("tmp", self._root_fd, create=True)
@@ -331,13 +334,13 @@ class FilesystemBlobStore:
             os.close(shard_fd)
 
     def keys(self) -> Iterator[BlobKey]:
-        for ns in sorted(_hex_names(self._blobs_fd, 32)):
+        for ns in sorted(_hex_names(self._blobs_fd, 32, directories=True)):
             ns_fd, _ = _open_dir(ns, self._blobs_fd, create=False)
             try:
-                for shard in sorted(_hex_names(ns_fd, 2)):
+                for shard in sorted(_hex_names(ns_fd, 2, directories=True)):
                     shard_fd, _ = _open_dir(shard, ns_fd, create=False)
                     try:
-                        for digest in sorted(_hex_names(shard_fd, 64)):
+                        for digest in sorted(_hex_names(shard_fd, 64, directories=False)):
                             if digest.startswith(shard):
                                 yield BlobKey(ns, digest)
                     finally:
@@ -346,21 +349,32 @@ class FilesystemBlobStore:
                 os.close(ns_fd)
 
     def sweep_temp(self, older_than: float, *, dry_run: bool = False) -> int:
+        """Remove old temporaries no live writer holds (each writer keeps an flock on its own)."""
         cutoff = time.time() - older_than
         removed = 0
         with os.scandir(self._tmp_fd) as entries:
-            for entry in entries:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                    if not stat.S_ISREG(st.st_mode) or st.st_mtime >= cutoff:
-                        continue  # only our own temporaries are regular files; leave anything else
-                    if not dry_run:
-                        os.unlink(entry.name, dir_fd=self._tmp_fd)
-                    removed += 1
-                except FileNotFoundError:
+            names = [e.name for e in entries if e.is_file(follow_symlinks=False)]
+        for name in names:
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=self._tmp_fd)
+            except OSError:
+                continue  # gone already, or not ours to open
+            try:
+                if os.fstat(fd).st_mtime >= cutoff:
                     continue
-                except OSError as exc:
-                    raise _storage_error("removing a temporary", exc) from None
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a writer is still using it
+                if not dry_run:
+                    os.unlink(name, dir_fd=self._tmp_fd)
+                removed += 1
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise _storage_error("removing a temporary", exc) from None
+            finally:
+                os.close(fd)
         return removed
 
     def close(self) -> None:
@@ -371,7 +385,14 @@ class FilesystemBlobStore:
                 setattr(self, name, -1)
 
 
-def _hex_names(dir_fd: int, length: int) -> list[str]:
+def _hex_names(dir_fd: int, length: int, *, directories: bool) -> list[str]:
+    """Names of ``length`` hex characters that are real directories (or regular files)."""
     allowed = set("0123456789abcdef")
     with os.scandir(dir_fd) as entries:
-        return [e.name for e in entries if len(e.name) == length and set(e.name) <= allowed and not e.is_symlink()]
+        return [
+            e.name
+            for e in entries
+            if len(e.name) == length
+            and set(e.name) <= allowed
+            and (e.is_dir(follow_symlinks=False) if directories else e.is_file(follow_symlinks=False))
+        ]

@@ -9,8 +9,8 @@ Contract (checked for every backend by ``tests/test_conformance.py``):
   with a publication: a blob is never collected between becoming visible and
   being referenced.
 * An idempotency key is unique per (tenant, user, session). Publishing an
-  existing key returns the artifact already stored under it when the content
-  hash matches, and :class:`~refvault.errors.IdempotencyConflict` otherwise.
+  existing key replays or conflicts as :func:`replay_or_conflict` decides;
+  an expired holder releases the key in the same transaction.
 * ``find`` matches the artifact id and all three scope components in one
   lookup, so an artifact of another scope and an absent one look the same.
 """
@@ -116,10 +116,37 @@ class Publication:
     blob: BlobRecord
 
 
-def replay_or_conflict(existing: Manifest, new: Manifest) -> Manifest:
-    """Resolve a reused idempotency key: same bytes replay, different bytes conflict."""
-    if existing.digest != new.digest:
-        raise IdempotencyConflict("idempotency key already used in this scope for different content; use a new key")
+_REPLAYED_FIELDS = (
+    "digest",
+    "media_type",
+    "disclosure",
+    "filename",
+    "tool_call_id",
+    "run_id",
+    "schema_version",
+    "source_version",
+    "completeness",
+)
+
+
+def replay_or_conflict(existing: Manifest, new: Manifest) -> Manifest | None:
+    """Resolve a reused idempotency key.
+
+    The same capture again (same bytes and metadata) replays: the stored
+    manifest is returned. Anything different is an :class:`IdempotencyConflict`
+    naming the fields that differ (never their values). ``expires_at`` is not
+    compared: a retry that computes its deadline afresh still replays, and the
+    first capture's deadline holds. If the stored artifact has expired, the key
+    is free again: None tells the catalog to release it and capture afresh.
+    """
+    if existing.expires_at is not None and existing.expires_at <= new.created_at:
+        return None
+    differing = [name for name in _REPLAYED_FIELDS if getattr(existing, name) != getattr(new, name)]
+    if differing:
+        raise IdempotencyConflict(
+            "idempotency key already used in this scope for a different capture "
+            f"(differs in: {', '.join(differing)}); use a new key"
+        )
     return existing
 
 
@@ -160,6 +187,9 @@ class Catalog(Protocol):
         """
 
     def has_blob(self, key: BlobKey) -> bool: ...
+
+    def is_referenced(self, key: BlobKey) -> bool:
+        """True if some artifact (of any scope) points at ``key``."""
 
     def record_chunks(self, key: BlobKey, chunk_size: int, digests: bytes) -> None:
         """Record chunk digests derived (and checked against the content hash) by a reader."""

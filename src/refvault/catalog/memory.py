@@ -47,9 +47,13 @@ class MemoryCatalog:
             for row in self._rows.values():
                 if row.manifest.scope == m.scope and row.manifest.idempotency_key == m.idempotency_key:
                     try:
-                        return replay_or_conflict(row.manifest, m)
+                        replayed = replay_or_conflict(row.manifest, m)
                     except RefvaultError as exc:
                         return exc
+                    if replayed is not None:
+                        return replayed
+                    row.manifest = replace(row.manifest, idempotency_key=None)  # expired: the key is free
+                    break
         previous = self._blobs.get(item.blob.key)
         record = item.blob
         if previous is not None and previous[0].chunk_digests:
@@ -73,6 +77,10 @@ class MemoryCatalog:
             entry = self._blobs.get(key)
             if entry is not None:
                 self._blobs[key] = (replace(entry[0], chunk_size=chunk_size, chunk_digests=digests), entry[1])
+
+    def is_referenced(self, key: BlobKey) -> bool:
+        with self._lock:
+            return self._referenced(key)
 
     def has_blob(self, key: BlobKey) -> bool:
         return self.blob(key) is not None

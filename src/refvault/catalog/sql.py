@@ -4,16 +4,22 @@ SQLite runs in WAL mode with ``synchronous=FULL`` (a commit is durable when it
 returns) and a 30 s busy timeout, so several processes can share one store.
 Write transactions start with ``BEGIN IMMEDIATE``: they take the database's
 write lock up front, which is the lock ``publish`` and ``collect`` rely on.
-Reads use deferred transactions and never block on writers.
+Reads use deferred transactions and never block on writers; the one write
+a reader may attempt (recording derived chunk digests) gives up after 250 ms.
+Database failures surface as :class:`~refvault.errors.StorageError`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import os
+import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
@@ -79,6 +85,7 @@ _UPSERT_BLOB = _upsert.on_conflict_do_update(
     set_={"touched_us": _upsert.excluded.touched_us, "inline_data": _upsert.excluded.inline_data},
 )
 _INSERT_ARTIFACT = artifacts.insert()
+_RELEASE_KEY = artifacts.update().where(artifacts.c.artifact_id == sa.bindparam("holder")).values(idempotency_key=None)
 _RECORD_CHUNKS = (
     blobs.update()
     .where(blobs.c.namespace == sa.bindparam("ns"), blobs.c.digest == sa.bindparam("dg"))
@@ -102,10 +109,46 @@ def _references(key: BlobKey) -> sa.Exists:
     return sa.exists().where(artifacts.c.namespace == key.namespace, artifacts.c.digest == key.digest)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _translated(method: F) -> F:
+    """Turn database failures into :class:`StorageError` (type name only: no SQL, no parameters)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except sa.exc.SQLAlchemyError as exc:
+            reason = getattr(exc, "orig", None) or exc
+            raise StorageError(f"the catalog failed: {type(reason).__name__}: {_first_line(reason)}") from None
+
+    return cast(F, wrapper)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()
+    return text[0][:200] if text else ""
+
+
 class SqlCatalog:
     """A :class:`~refvault.catalog.Catalog` in a SQL database reached by a SQLAlchemy URL."""
 
-    def __init__(self, url: str) -> None:
+    @classmethod
+    def for_file(cls, path: Path) -> SqlCatalog:
+        """The embedded catalog: a SQLite file, created private (0600), never through a symlink."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StorageError(exc.errno or 0, f"cannot open the catalog file: {exc.strerror}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise StorageError("the catalog path is not a regular file")
+        finally:
+            os.close(fd)
+        return cls(sa.engine.URL.create("sqlite", database=str(path)))
+
+    def __init__(self, url: str | sa.engine.URL) -> None:
         self._engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         if self._engine.dialect.name != "sqlite":
             raise StorageError("SqlCatalog supports SQLite URLs in this release")
@@ -138,6 +181,7 @@ class SqlCatalog:
 
     # -- writing -----------------------------------------------------------------
 
+    @_translated
     def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
         results: list[Manifest | RefvaultError] = []
         blob_rows: list[dict[str, Any]] = []
@@ -157,10 +201,14 @@ class SqlCatalog:
                         existing = None if row is None else _manifest(row)
                     if existing is not None:
                         try:
-                            results.append(replay_or_conflict(existing, m))
+                            replayed = replay_or_conflict(existing, m)
                         except RefvaultError as exc:
                             results.append(exc)
-                        continue
+                            continue
+                        if replayed is not None:
+                            results.append(replayed)
+                            continue
+                        conn.execute(_RELEASE_KEY, {"holder": existing.artifact_id})  # expired: key is free
                     claimed[(m.scope, m.idempotency_key)] = m
                 blob_rows.append(_blob_row(item.blob, now))
                 artifact_rows.append(_artifact_row(m))
@@ -170,16 +218,31 @@ class SqlCatalog:
                 conn.execute(_INSERT_ARTIFACT, artifact_rows)
         return results
 
+    @_translated
     def record_chunks(self, key: BlobKey, chunk_size: int, digests: bytes) -> None:
-        params = {"ns": key.namespace, "dg": key.digest, "chunk_size": chunk_size, "chunk_digests": digests}
-        with self._write() as conn, conn.begin():
-            conn.execute(_RECORD_CHUNKS, params)
+        """Best effort, and bounded: wait at most 250 ms for the write lock, then give up.
 
+        A reader that derived chunk digests must not stall behind writers; if the
+        lock is busy the digests are simply derived again by a later reader.
+        """
+        params = {"ns": key.namespace, "dg": key.digest, "chunk_size": chunk_size, "chunk_digests": digests}
+        with self._write() as conn:
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            raw.execute("PRAGMA busy_timeout=250")
+            try:
+                with conn.begin():
+                    conn.execute(_RECORD_CHUNKS, params)
+            finally:
+                raw.execute("PRAGMA busy_timeout=30000")
+
+    @_translated
     def delete(self, scope: Scope, artifact_id: str) -> bool:
         with self._write() as conn, conn.begin():
             result = conn.execute(artifacts.delete().where(artifacts.c.artifact_id == artifact_id, _scope_match(scope)))
             return bool(result.rowcount)
 
+    @_translated
     def delete_expired(self, now: datetime) -> list[str]:
         with self._write() as conn, conn.begin():
             ids = list(conn.scalars(sa.select(artifacts.c.artifact_id).where(artifacts.c.expires_us <= _us(now))))
@@ -187,6 +250,7 @@ class SqlCatalog:
                 conn.execute(artifacts.delete().where(artifacts.c.artifact_id.in_(ids)))
             return ids
 
+    @_translated
     def collect(self, key: BlobKey, older_than: float, remove: Callable[[], bool]) -> bool:
         cutoff = _now_us() - int(older_than * 1_000_000)
         where = sa.and_(blobs.c.namespace == key.namespace, blobs.c.digest == key.digest)
@@ -203,19 +267,27 @@ class SqlCatalog:
 
     # -- reading -----------------------------------------------------------------
 
+    @_translated
     def find(self, scope: Scope, artifact_id: str) -> Manifest | None:
         with self._read() as conn:
             row = conn.execute(_FIND, {**_scope_params(scope), "artifact_id": artifact_id}).first()
         return None if row is None else _manifest(row)
 
+    @_translated
     def blob(self, key: BlobKey) -> BlobRecord | None:
         with self._read() as conn:
             row = conn.execute(_BLOB, {"ns": key.namespace, "dg": key.digest}).first()
         return None if row is None else _blob_record(row)
 
+    @_translated
+    def is_referenced(self, key: BlobKey) -> bool:
+        with self._read() as conn:
+            return bool(conn.execute(sa.select(_references(key))).scalar())
+
     def has_blob(self, key: BlobKey) -> bool:
         return self.blob(key) is not None
 
+    @_translated
     def in_scope(self, scope: Scope) -> list[Manifest]:
         with self._read() as conn:
             rows = conn.execute(
@@ -225,16 +297,19 @@ class SqlCatalog:
             ).all()
         return [_manifest(row) for row in rows]
 
+    @_translated
     def manifests(self) -> Iterator[Manifest]:
         with self._read() as conn:
             rows = conn.execute(sa.select(artifacts).order_by(artifacts.c.seq)).all()
         return iter([_manifest(row) for row in rows])
 
+    @_translated
     def blob_records(self) -> Iterator[BlobRecord]:
         with self._read() as conn:
             rows = conn.execute(sa.select(blobs).order_by(blobs.c.namespace, blobs.c.digest)).all()
         return iter([_blob_record(row) for row in rows])
 
+    @_translated
     def unreferenced(self, older_than: float) -> list[BlobKey]:
         cutoff = _now_us() - int(older_than * 1_000_000)
         referenced = sa.exists().where(artifacts.c.namespace == blobs.c.namespace, artifacts.c.digest == blobs.c.digest)

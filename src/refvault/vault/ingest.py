@@ -58,18 +58,27 @@ def _pieces(data: object) -> Iterator[memoryview]:
     if isinstance(data, str):
         raise InvalidArgument("data must be bytes, a binary file or an iterable of bytes; encode text first")
     if isinstance(data, bytes | bytearray | memoryview):
-        view = memoryview(data).cast("B")
+        view = memoryview(data)
+        if not view.c_contiguous:
+            raise InvalidArgument("a memoryview given as data must be C-contiguous")
+        view = view.cast("B")
+        # Each chunk is hashed and then written: a buffer the caller can still change
+        # is copied chunk by chunk, so the bytes written are the bytes hashed.
+        mutable = not view.readonly
         for start in range(0, len(view), CHUNK_SIZE):
-            yield view[start : start + CHUNK_SIZE]
+            piece = view[start : start + CHUNK_SIZE]
+            yield memoryview(bytes(piece)) if mutable else piece
         return
     read = getattr(data, "read", None)
     if callable(read):
         while True:
             piece = read(CHUNK_SIZE)
-            if not piece:
-                return
+            if piece is None:
+                raise InvalidArgument("the file is in non-blocking mode and had no data ready; pass a blocking file")
             if not isinstance(piece, bytes | bytearray | memoryview):
                 raise InvalidArgument("the file must be opened in binary mode ('rb')")
+            if not piece:
+                return
             yield _owned(piece)
     if isinstance(data, Iterable):
         for piece in data:

@@ -39,8 +39,8 @@ from typing import Any
 
 from refvault.blobs.base import BlobKey, BlobStore
 from refvault.catalog.base import Catalog, Manifest, Publication
-from refvault.errors import Expired, IntegrityError, InvalidArgument, NotFound, RefvaultError
-from refvault.ids import check_artifact_id, namespace_of, new_artifact_id
+from refvault.errors import Expired, IntegrityError, InvalidArgument, NotFound, RefvaultError, StorageError
+from refvault.ids import check_artifact_id, is_artifact_id, namespace_of, new_artifact_id
 from refvault.model import (
     Descriptor,
     Disclosure,
@@ -121,6 +121,7 @@ class GcReport:
     expired: list[str] = field(default_factory=list)
     blobs_removed: int = 0
     temporaries_removed: int = 0
+    failures: int = 0
 
 
 class Vault:
@@ -147,26 +148,35 @@ class Vault:
         self.grace = grace
         self._committer = GroupCommit(catalog)
         self._audit_sinks: list[Callable[[AuditRecord], None]] = []
+        self._closed = False
 
     def add_audit_sink(self, sink: Callable[[AuditRecord], None]) -> None:
         """Call ``sink`` with an :class:`AuditRecord` after every put, read, describe, list and delete.
 
-        Sinks run synchronously in the caller's thread; an exception from a sink
-        propagates (audit fails closed).
+        Sinks run synchronously in the caller's thread, after the operation; an
+        exception from a sink propagates (audit fails closed). For a put that
+        means the caller sees the sink's error although the artifact is stored:
+        use an idempotency key so the retry returns it.
         """
         self._audit_sinks.append(sink)
 
     @contextmanager
-    def _audited(self, action: str, scope: object, artifact_id: str | None = None) -> Iterator[dict[str, Any]]:
+    def _audited(self, action: str, scope: object, artifact_id: object = None) -> Iterator[dict[str, Any]]:
+        """Run one operation and audit its outcome; also refuses to run on a closed vault."""
+        if self._closed:
+            raise StorageError("this vault is closed")
         facts: dict[str, Any] = {}
         try:
             yield facts
         except RefvaultError as exc:
             self._emit(action, scope, artifact_id, type(exc).__name__, facts)
             raise
+        except Exception as exc:
+            self._emit(action, scope, artifact_id, f"error:{type(exc).__name__}", facts)
+            raise
         self._emit(action, scope, artifact_id, "ok", facts)
 
-    def _emit(self, action: str, scope: object, artifact_id: str | None, outcome: str, facts: dict[str, Any]) -> None:
+    def _emit(self, action: str, scope: object, artifact_id: object, outcome: str, facts: dict[str, Any]) -> None:
         if not self._audit_sinks:
             return
         owner = scope if isinstance(scope, Scope) else None
@@ -177,7 +187,7 @@ class Vault:
             tenant=owner.tenant if owner else None,
             user=owner.user if owner else None,
             session=owner.session if owner else None,
-            artifact_id=facts.get("artifact_id", artifact_id if isinstance(artifact_id, str) else None),
+            artifact_id=facts.get("artifact_id", artifact_id if is_artifact_id(artifact_id) else None),
             content_hash=facts.get("content_hash"),
             byte_range=facts.get("byte_range"),
         )
@@ -194,7 +204,9 @@ class Vault:
         creating it if needed. ``"memory://"`` opens a throwaway in-memory store.
         ``options`` are passed to the :class:`Vault` constructor.
         """
-        where = os.fspath(location) if location is not None else os.environ.get("REFVAULT_STORE", ".refvault")
+        where = os.fspath(location) if location is not None else (os.environ.get("REFVAULT_STORE") or ".refvault")
+        if not where or "\x00" in where:
+            raise InvalidArgument("the store location must be a non-empty path without NUL characters")
         if where == "memory://":
             from refvault.blobs.memory import MemoryBlobStore
             from refvault.catalog.memory import MemoryCatalog
@@ -208,14 +220,17 @@ class Vault:
         root = Path(where)
         blobs = FilesystemBlobStore(root)
         try:
-            catalog = SqlCatalog(f"sqlite:///{root.resolve() / 'catalog.db'}")
+            catalog = SqlCatalog.for_file(root.resolve() / "catalog.db")
         except BaseException:
             blobs.close()
             raise
         return cls(blobs, catalog, **options)
 
     def close(self) -> None:
-        """Release files and connections. The vault is unusable afterwards."""
+        """Release files and connections. Every later call raises :class:`StorageError`."""
+        if self._closed:
+            return
+        self._closed = True
         self.catalog.close()
         self.blobs.close()
 
@@ -301,13 +316,23 @@ class Vault:
         manifest = self.catalog.find(_checked_scope(scope), check_artifact_id(artifact_id))
         if manifest is None:
             raise NotFound(artifact_id)
-        if manifest.expires_at is not None and self.clock() >= manifest.expires_at:
-            raise Expired(artifact_id, format_time(manifest.expires_at))
+        self._check_expiry(manifest)
         return manifest
 
-    def _open(self, scope: Scope, artifact_id: str) -> VerifiedBlob:
+    def _open(self, scope: Scope, artifact_id: str) -> tuple[Manifest, VerifiedBlob]:
         manifest = self._manifest(scope, artifact_id)
-        return VerifiedBlob(manifest.artifact_id, manifest.key, manifest.size, self.catalog, self.blobs)
+        try:
+            blob = VerifiedBlob(manifest.artifact_id, manifest.key, manifest.size, self.catalog, self.blobs)
+        except IntegrityError as exc:
+            # Deleted and collected between the lookup and the open: that is absence, not damage.
+            if exc.kind == "missing" and self.catalog.find(scope, artifact_id) is None:
+                raise NotFound(artifact_id) from None
+            raise
+        return manifest, blob
+
+    def _check_expiry(self, manifest: Manifest) -> None:
+        if manifest.expires_at is not None and self.clock() >= manifest.expires_at:
+            raise Expired(manifest.artifact_id, format_time(manifest.expires_at))
 
     def describe(self, scope: Scope, artifact_id: str) -> Descriptor:
         """The descriptor of an artifact visible in ``scope``."""
@@ -323,9 +348,9 @@ class Vault:
     def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int | None) -> bytes:
         """Verified bytes ``[offset, offset + length)`` (``None``: to the end); only the chunks touched are read."""
         with self._audited("read", scope, artifact_id) as facts:
-            if offset < 0 or (length is not None and length < 0):
-                raise InvalidArgument("offset and length must be non-negative")
-            blob = self._open(scope, artifact_id)
+            if not _is_count(offset) or not (length is None or _is_count(length)):
+                raise InvalidArgument("offset and length must be non-negative integers (length may be None)")
+            _, blob = self._open(scope, artifact_id)
             try:
                 if offset == 0 and (length is None or length >= blob.size):
                     data = blob.read_all()
@@ -337,11 +362,22 @@ class Vault:
         return data
 
     def stream(self, scope: Scope, artifact_id: str) -> ArtifactStream:
-        """A seekable binary stream, verified chunk by chunk, in bounded memory."""
-        with self._audited("read", scope, artifact_id) as facts:
-            blob = self._open(scope, artifact_id)
-            facts.update(content_hash="sha256:" + blob.record.key.digest, byte_range=(0, blob.size))
-        return ArtifactStream(blob)
+        """A seekable binary stream, verified chunk by chunk, in bounded memory.
+
+        Expiry is re-checked each time the stream moves to a new chunk. Like an
+        open file, a stream keeps reading the version it opened if the artifact
+        is deleted meanwhile.
+        """
+        blob: VerifiedBlob | None = None
+        try:
+            with self._audited("read", scope, artifact_id) as facts:
+                manifest, blob = self._open(scope, artifact_id)
+                facts.update(content_hash="sha256:" + manifest.digest, byte_range=(0, blob.size))
+        except BaseException:
+            if blob is not None:
+                blob.close()
+            raise
+        return ArtifactStream(blob, guard=lambda: self._check_expiry(manifest))
 
     def list(self, scope: Scope) -> list[Descriptor]:
         """Unexpired artifacts of ``scope``, newest first (ties: latest published first)."""
@@ -364,8 +400,12 @@ class Vault:
     def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Re-read and re-hash every blob; report missing or corrupt ones with artifact ids.
 
-        ``progress(done_bytes, total_bytes)`` is called as blobs are checked.
+        ``progress(done_bytes, total_bytes)`` is called as blobs are checked. A
+        blob that goes missing because its artifacts were deleted and collected
+        while ``verify`` ran is not a problem and is not reported.
         """
+        if self._closed:
+            raise StorageError("this vault is closed")
         by_key: dict[BlobKey, list[str]] = {}
         sizes: dict[BlobKey, int] = {}
         for m in self.catalog.manifests():
@@ -376,7 +416,7 @@ class Vault:
         for key in sorted(by_key):
             ids = tuple(sorted(by_key[key]))
             problem = self._check_blob(key, sizes[key], ids)
-            if problem is not None:
+            if problem is not None and (problem.kind != "missing" or self.catalog.is_referenced(key)):
                 report.problems.append(problem)
             report.blobs_checked += 1
             report.bytes_checked += sizes[key]
@@ -404,9 +444,11 @@ class Vault:
         Collection runs under the catalog's write lock, so it never removes a
         blob a concurrent put is publishing.
         """
+        if self._closed:
+            raise StorageError("this vault is closed")
         grace = self.grace if grace is None else grace
-        if grace < 0:
-            raise InvalidArgument("grace must be non-negative")
+        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
+            raise InvalidArgument("grace must be a non-negative number of seconds")
         report = GcReport(dry_run=dry_run)
         now = self.clock()
         if dry_run:
@@ -421,8 +463,11 @@ class Vault:
             if dry_run:
                 age = self.blobs.age(key)
                 report.blobs_removed += int(age is None or age >= grace)
-            elif self.catalog.collect(key, grace, self._remover(key, grace)):
-                report.blobs_removed += 1
+                continue
+            try:
+                report.blobs_removed += int(self.catalog.collect(key, grace, self._remover(key, grace)))
+            except StorageError:
+                report.failures += 1  # one unremovable blob must not stop collection of the rest
         report.temporaries_removed = self.blobs.sweep_temp(grace, dry_run=dry_run)
         return report
 
@@ -435,6 +480,10 @@ class Vault:
             return True
 
         return remove
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _checked_scope(scope: object) -> Scope:

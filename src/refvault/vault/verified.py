@@ -25,14 +25,15 @@ artifact id and the kind of damage, never the bytes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from refvault.blobs.base import BlobKey, BlobReader, BlobStore
 from refvault.catalog.base import BlobRecord, Catalog
-from refvault.errors import IntegrityError
+from refvault.errors import IntegrityError, StorageError
 
 __all__ = ["ArtifactStream", "VerifiedBlob"]
 
@@ -113,7 +114,8 @@ class VerifiedBlob:
         if content_hash != self.record.key.digest:
             raise self._damage("its bytes do not match the content hash")
         self.record = replace(self.record, chunk_digests=digests)
-        self._catalog.record_chunks(self.record.key, self.chunk_size, digests)
+        with contextlib.suppress(StorageError):  # best effort: a later reader derives them again
+            self._catalog.record_chunks(self.record.key, self.chunk_size, digests)
 
     def read_all(self) -> bytes:
         """Every byte, verified against the content hash; one read and one hash pass."""
@@ -164,9 +166,10 @@ class ArtifactStream(io.RawIOBase):
     bytes are returned. Use as a context manager, or call ``close``.
     """
 
-    def __init__(self, blob: VerifiedBlob) -> None:
+    def __init__(self, blob: VerifiedBlob, guard: Callable[[], None] | None = None) -> None:
         super().__init__()
         self._blob = blob
+        self._guard = guard
         self._pos = 0
         self._chunk_index = -1
         self._chunk = b""
@@ -185,7 +188,10 @@ class ArtifactStream(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._blob.size}[whence]
+        bases = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._blob.size}
+        if whence not in bases:
+            raise ValueError(f"invalid whence ({whence}); use 0, 1 or 2")
+        base = bases[whence]
         if base + offset < 0:
             raise ValueError("negative seek position")
         self._pos = base + offset
@@ -200,6 +206,8 @@ class ArtifactStream(io.RawIOBase):
         while filled < len(target) and self._pos < self._blob.size:
             index = self._pos // self._blob.chunk_size
             if index != self._chunk_index:
+                if self._guard is not None:
+                    self._guard()  # e.g. the artifact expired while the stream was open
                 self._chunk = self._blob.chunk(index)
                 self._chunk_index = index
             start = self._pos - index * self._blob.chunk_size
