@@ -3,17 +3,25 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-stamp
+CORE := $(VENV)/.core-stamp
+STAMP := $(VENV)/.dev-stamp
 
 .PHONY: demo test check bench format clean
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+# The demo needs only refvault itself; tests, checks and benchmarks need the dev extra.
+$(CORE): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(CORE)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(CORE) $(STAMP)
+
+demo: $(CORE)
 	$(BIN)/refvault demo
 
 check: $(STAMP)

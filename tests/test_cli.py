@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -52,6 +53,10 @@ class Cli:
     def put(self, path: Path, *args: str) -> dict[str, Any]:
         descriptor: dict[str, Any] = self.json("put", str(path), *args)
         return descriptor
+
+    def init(self) -> None:
+        """Create an empty store (only put and demo create one from the command line)."""
+        Vault.open(self.store).close()
 
 
 @pytest.fixture
@@ -270,6 +275,7 @@ def test_rm(cli: Cli, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["show", "cat", "rm"])
 def test_unknown_id_exits_1_not_found(cli: Cli, command: str) -> None:
+    cli.init()
     result = cli(command, MISSING_ID)
     assert result.exit_code == 1
     assert result.stderr == f"error: artifact {MISSING_ID} not found in this scope\n"
@@ -349,6 +355,7 @@ def test_verify_good_store(cli: Cli, tmp_path: Path) -> None:
 
 
 def test_verify_empty_store(cli: Cli) -> None:
+    cli.init()
     assert cli.json("verify")["ok"] is True
 
 
@@ -423,7 +430,7 @@ def test_gc_removes_expired(cli: Cli, store: Path) -> None:
 
     human = cli("gc", "--dry-run", "--grace", "0")
     assert human.exit_code == 0
-    assert "would remove 1 expired artifacts" in human.stdout
+    assert "would remove 1 expired artifact\n" in human.stdout
     assert old.artifact_id in human.stdout
 
     report = cli.json("gc", "--grace", "0")
@@ -437,6 +444,416 @@ def test_gc_negative_grace_is_a_usage_error(cli: Cli) -> None:
     result = cli("gc", "--grace", "-1")
     assert result.exit_code == 2
     assert "--grace" in result.stderr
+
+
+# -- choosing the store ------------------------------------------------------------
+
+
+def run(*args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> Result:
+    """``refvault <args>`` without an implicit --store."""
+    return CliRunner(env=env).invoke(main, list(args), input=input, catch_exceptions=False)
+
+
+def no_store_message(location: str | Path) -> str:
+    return f"error: no refvault store at {location} (run 'refvault put' to create one, or pass --store)\n"
+
+
+def test_store_option_after_the_command(store: Path) -> None:
+    put = run("put", "-", "--store", str(store), "--json", input=b"hello")
+    assert put.exit_code == 0, put.output
+    d = json.loads(put.stdout)
+    assert (store / "catalog.db").exists()
+    assert [x["artifact_id"] for x in json.loads(run("ls", "--store", str(store), "--json").stdout)] == [
+        d["artifact_id"]
+    ]
+    assert run("--store", str(store), "ls", "--json").stdout == run("ls", "--json", "--store", str(store)).stdout
+    assert run("cat", d["artifact_id"], "--store", str(store)).stdout_bytes == b"hello"
+    assert json.loads(run("show", "--store", str(store), d["artifact_id"], "--json").stdout) == d
+    assert json.loads(run("verify", "--store", str(store), "--json").stdout)["ok"] is True
+    assert json.loads(run("gc", "--store", str(store), "--json").stdout)["dry_run"] is False
+    assert json.loads(run("rm", d["artifact_id"], "--store", str(store), "--json").stdout)["deleted"] is True
+
+
+def test_command_store_wins_over_group_store(tmp_path: Path) -> None:
+    group, command = tmp_path / "group", tmp_path / "command"
+    result = run("--store", str(group), "put", "-", "--store", str(command), "--json", input=b"x")
+    assert result.exit_code == 0, result.output
+    assert (command / "catalog.db").exists()
+    assert not group.exists()
+    d = json.loads(result.stdout)
+    assert run("--store", str(group), "show", d["artifact_id"], "--store", str(command)).exit_code == 0
+    assert run("--store", str(command), "show", d["artifact_id"], "--store", str(group)).exit_code == 1
+
+
+def test_command_store_wins_over_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REFVAULT_STORE", str(tmp_path / "env"))
+    assert run("put", "-", "--store", str(tmp_path / "explicit"), input=b"x").exit_code == 0
+    assert (tmp_path / "explicit" / "catalog.db").exists()
+    assert not (tmp_path / "env").exists()
+
+
+def test_demo_accepts_store_after_the_command(store: Path) -> None:
+    result = run("demo", "--store", str(store), "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["store"] == str(store)
+    assert (store / "catalog.db").exists()
+
+
+@pytest.mark.parametrize("command", ["put", "show", "cat", "ls", "rm", "verify", "gc", "demo"])
+def test_every_command_documents_store(command: str) -> None:
+    assert "--store PATH" in run(command, "--help").stdout
+
+
+def test_store_option_rejects_a_file(tmp_path: Path) -> None:
+    result = run("ls", "--store", str(write(tmp_path, "file", b"")))
+    assert result.exit_code == 2
+    assert "is a file" in result.stderr
+
+
+# -- read-only commands never create a store ---------------------------------------
+
+READ_ONLY = [
+    ("ls",),
+    ("show", MISSING_ID),
+    ("cat", MISSING_ID),
+    ("rm", MISSING_ID),
+    ("verify",),
+    ("gc",),
+    ("gc", "--dry-run"),
+]
+
+
+@pytest.mark.parametrize("args", READ_ONLY)
+def test_read_only_command_needs_an_existing_store(cli: Cli, args: tuple[str, ...]) -> None:
+    result = cli(*args)
+    assert result.exit_code == 1
+    assert result.stderr == no_store_message(cli.store)
+    assert result.stdout == ""
+    assert not cli.store.exists()
+
+
+@pytest.mark.parametrize("args", READ_ONLY)
+def test_read_only_command_leaves_a_plain_directory_alone(tmp_path: Path, args: tuple[str, ...]) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    result = run("--store", str(plain), *args)
+    assert result.exit_code == 1
+    assert result.stderr == no_store_message(plain)
+    assert list(plain.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_missing_default_store_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
+    monkeypatch.chdir(tmp_path)
+    if value is not None:
+        monkeypatch.setenv("REFVAULT_STORE", value)  # empty counts as unset
+    result = run("ls")
+    assert result.exit_code == 1
+    assert result.stderr == no_store_message("./.refvault")
+    assert not (tmp_path / ".refvault").exists()
+    assert run("put", "-", input=b"x").exit_code == 0
+    assert (tmp_path / ".refvault" / "catalog.db").exists()
+    assert "no artifacts" not in run("ls").stdout
+
+
+def test_missing_environment_store_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    location = tmp_path / "env-store"
+    monkeypatch.setenv("REFVAULT_STORE", str(location))
+    result = run("verify")
+    assert result.exit_code == 1
+    assert result.stderr == no_store_message(location)
+    assert not location.exists()
+
+
+def test_put_and_demo_create_the_store(cli: Cli, tmp_path: Path) -> None:
+    cli.put(write(tmp_path, "a.txt", b"x"))
+    assert (cli.store / "catalog.db").exists()
+    kept = tmp_path / "demo-store"
+    assert run("demo", "--store", str(kept)).exit_code == 0
+    assert (kept / "catalog.db").exists()
+
+
+def test_bad_id_is_reported_before_a_missing_store(cli: Cli) -> None:
+    result = cli("show", "nope")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: not a refvault artifact id")
+    assert not cli.store.exists()
+
+
+# -- opening errors name the store -------------------------------------------------
+
+
+def test_open_failure_names_the_store(tmp_path: Path) -> None:
+    location = write(tmp_path, "a-file", b"") / "store"  # a directory cannot be made under a file
+    result = run("put", "-", "--store", str(location), input=b"x")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: cannot open store {location}: ")
+    assert "[Errno" not in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_damaged_catalog_names_the_store(cli: Cli) -> None:
+    cli.store.mkdir()
+    (cli.store / "catalog.db").write_bytes(b"this is not a database" * 100)
+    result = cli("ls")
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: cannot open store {cli.store}: ")
+
+
+def test_unsupported_store_location_exits_2_and_names_it() -> None:
+    result = run("--store", "s3://bucket", "put", "-", input=b"x")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: cannot open store s3://bucket: unsupported store location")
+
+
+# -- errors under --json -----------------------------------------------------------
+
+
+def json_error(result: Result) -> dict[str, str]:
+    out = json.loads(result.stdout)
+    assert list(out) == ["error"]
+    assert list(out["error"]) == ["type", "message"]
+    error: dict[str, str] = out["error"]
+    assert result.stderr == f"error: {error['message']}\n"  # the human line stays on stderr
+    return error
+
+
+@pytest.mark.parametrize("command", ["show", "cat", "rm"])
+def test_json_not_found_error(cli: Cli, command: str) -> None:
+    cli.init()
+    result = cli(command, MISSING_ID, "--json")
+    assert result.exit_code == 1
+    assert json_error(result) == {"type": "NotFound", "message": f"artifact {MISSING_ID} not found in this scope"}
+
+
+@pytest.mark.parametrize("command", ["show", "cat", "rm"])
+def test_json_bad_id_error_exits_2(cli: Cli, command: str) -> None:
+    result = cli(command, "../../etc/passwd", "--json")
+    assert result.exit_code == 2
+    error = json_error(result)
+    assert error["type"] == "InvalidId"
+    assert error["message"].startswith("not a refvault artifact id")
+    assert "passwd" not in result.output
+
+
+def test_json_bad_input_error_exits_2(cli: Cli, tmp_path: Path) -> None:
+    result = cli("put", str(write(tmp_path, "a.txt", b"x")), "--media-type", "not a type", "--json")
+    assert result.exit_code == 2
+    assert json_error(result)["type"] == "InvalidMetadata"
+
+
+def test_json_conflict_error(cli: Cli, tmp_path: Path) -> None:
+    cli.put(write(tmp_path, "a.txt", b"one"), "--idempotency-key", "k")
+    result = cli("put", str(write(tmp_path, "b.txt", b"two")), "--idempotency-key", "k", "--json")
+    assert result.exit_code == 1
+    assert json_error(result)["type"] == "IdempotencyConflict"
+
+
+@pytest.mark.parametrize("args", READ_ONLY)
+def test_json_missing_store_error(cli: Cli, args: tuple[str, ...]) -> None:
+    result = cli(*args, "--json")
+    assert result.exit_code == 1
+    assert json_error(result) == {"type": "StoreNotFound", "message": no_store_message(cli.store)[7:-1]}
+
+
+def test_json_open_error(tmp_path: Path) -> None:
+    location = write(tmp_path, "a-file", b"") / "store"
+    result = run("put", "-", "--store", str(location), "--json", input=b"x")
+    assert result.exit_code == 1
+    error = json.loads(result.stdout)["error"]
+    assert error["type"] == "StorageError"
+    assert error["message"].startswith(f"cannot open store {location}: ")
+
+
+def test_json_usage_error(cli: Cli, tmp_path: Path) -> None:
+    result = cli("put", str(write(tmp_path, "a.txt", b"x")), "--json", "--expires-in", "soon")
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["error"]["type"] == "UsageError"
+    assert "Invalid value for '--expires-in'" in json.loads(result.stdout)["error"]["message"]
+    assert "Usage:" in result.stderr  # click's own report is unchanged
+    early = cli("put", str(write(tmp_path, "b.txt", b"x")), "--expires-in", "soon", "--json")  # flag not yet read
+    assert early.exit_code == 2
+    assert json.loads(early.stdout)["error"]["type"] == "UsageError"
+
+
+def test_json_error_for_damaged_artifact_is_the_only_output(cli: Cli, tmp_path: Path) -> None:
+    d = cli.put(write(tmp_path, "big.bin", payload(LARGE)))
+    [blob] = blob_files(cli.store)
+    blob.chmod(0o640)
+    blob.write_bytes(b"\x00" + blob.read_bytes()[1:])
+    result = cli("cat", d["artifact_id"], "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["error"]["type"] == "IntegrityError"
+
+
+def test_without_json_errors_stay_off_stdout(cli: Cli) -> None:
+    result = cli("ls")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+
+
+# -- JSON shape --------------------------------------------------------------------
+
+
+def test_descriptor_json_is_identical_from_put_show_and_ls(cli: Cli, tmp_path: Path) -> None:
+    put = cli("put", str(write(tmp_path, "a.json", b"{}")), "--json")
+    assert put.exit_code == 0
+    d = json.loads(put.stdout)
+    show = cli("show", d["artifact_id"], "--json")
+    assert show.stdout == put.stdout  # byte for byte, nested key order included
+    [listed] = json.loads(cli("ls", "--json").stdout)
+    assert json.dumps(listed, indent=2) + "\n" == put.stdout
+
+
+def test_descriptor_json_order(cli: Cli, store: Path) -> None:
+    with Vault.open(store) as vault:
+        stored = vault.put(
+            Scope("local", "local", "local"),
+            b"x",
+            completeness={"status": "partial", "records": 3, "omissions": [{"why": "cap", "at": 3}]},
+            source_version={"z": 1, "a": {"y": 2, "b": 3}},
+        )
+    [listed] = cli.json("ls")
+    shown = cli.json("show", stored.artifact_id)
+    for d in (listed, shown):
+        assert list(d) == list(DESCRIPTOR_FIELDS)  # the ten fields in their defined order
+        assert list(d["completeness"]) == ["omissions", "records", "status"]
+        assert list(d["completeness"]["omissions"][0]) == ["at", "why"]
+        assert list(d["source_version"]) == ["a", "z"]
+        assert list(d["source_version"]["a"]) == ["b", "y"]
+        assert list(d["scope"]) == sorted(d["scope"])
+        assert list(d["retrieval"]) == sorted(d["retrieval"])
+
+
+def test_demo_descriptor_json_matches_put_order(cli: Cli) -> None:
+    d = json.loads(run("demo", "--json").stdout)["descriptor"]
+    assert list(d) == list(DESCRIPTOR_FIELDS)
+    for value in d.values():
+        if isinstance(value, dict):
+            assert list(value) == sorted(value)
+
+
+def test_report_json_keeps_its_field_order(cli: Cli, tmp_path: Path) -> None:
+    cli.put(write(tmp_path, "a.txt", b"x"))
+    assert list(cli.json("verify")) == ["ok", "blobs_checked", "bytes_checked", "artifacts", "unreferenced", "problems"]
+    assert list(cli.json("gc")) == ["dry_run", "expired", "blobs_removed", "temporaries_removed"]
+
+
+# -- wording -----------------------------------------------------------------------
+
+
+def test_verify_counts_are_singular_for_one(cli: Cli, tmp_path: Path) -> None:
+    cli.put(write(tmp_path, "big.bin", payload(LARGE)))
+    assert cli("verify").stdout.startswith("ok: 1 blob (48.0 KiB) checked for 1 artifact; 0 unreferenced\n")
+    [blob] = blob_files(cli.store)
+    blob.unlink()
+    damaged = cli("verify")
+    assert damaged.exit_code == 1
+    headline = damaged.stdout.splitlines()[0]
+    assert headline.startswith("1 damaged blob: 1 blob (")
+    assert headline.endswith(") checked for 1 artifact; 0 unreferenced")
+
+
+def test_gc_counts_are_singular_for_one(cli: Cli, tmp_path: Path) -> None:
+    d = cli.put(write(tmp_path, "big.bin", payload(LARGE)))
+    cli.json("rm", d["artifact_id"])
+    out = cli("gc", "--grace", "0").stdout
+    assert "removed 0 expired artifacts\n" in out
+    assert "removed 1 unreferenced blob\n" in out
+    assert "removed 0 temporaries\n" in out
+
+
+def test_panel_size_is_singular_for_one_byte(cli: Cli, tmp_path: Path) -> None:
+    out = cli("put", str(write(tmp_path, "a.txt", b"x"))).stdout
+    assert "1 byte (1 B)" in out
+
+
+def test_demo_wording(cli: Cli) -> None:
+    out = run("demo").stdout
+    assert "re-hashed 1 blob (52," in out
+    assert "behind 2 artifacts: 0 problems" in out
+    assert "verify named 2 artifacts," in out
+    assert "(s)" not in out
+
+
+@pytest.mark.parametrize("text", ["99999999d", "99999999999999999999d", "9999999999999s"])
+def test_expires_in_too_far(cli: Cli, tmp_path: Path, text: str) -> None:
+    result = cli("put", str(write(tmp_path, "a.txt", b"x")), "--expires-in", text)
+    assert result.exit_code == 2
+    assert (
+        f"Invalid value for '--expires-in': {text} is too far in the future "
+        "(the deadline must be before year 10000)" in result.stderr
+    )
+
+
+def test_expires_in_zero_wording(cli: Cli, tmp_path: Path) -> None:
+    result = cli("put", str(write(tmp_path, "a.txt", b"x")), "--expires-in", "000h")
+    assert result.exit_code == 2
+    assert "Invalid value for '--expires-in': 000h must be longer than zero" in result.stderr
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_demo_help_lists_all_six_steps() -> None:
+    help_text = run("demo", "--help").stdout
+    steps = ["1. capture", "2. dedup", "3. isolation", "4. verify", "5. read back", "6. tamper"]
+    positions = [help_text.index(step) for step in steps]
+    assert positions == sorted(positions)
+    assert "step 6 runs on the temporary store only" in one_line(help_text)
+
+
+def test_sealed_help_wording() -> None:
+    help_text = one_line(run("put", "--help").stdout)
+    assert (
+        "Store as sealed: for use by reference only (by tools); model-facing read tools refuse sealed artifacts."
+        in help_text
+    )
+    assert "model-facing reads refuse it" not in help_text
+    assert "Sealed artifacts are written too: the CLI is an operator tool." in one_line(run("cat", "--help").stdout)
+
+
+def test_cat_reads_sealed_artifacts(cli: Cli, tmp_path: Path) -> None:
+    d = cli.put(write(tmp_path, "secret.txt", b"token"), "--sealed")
+    assert d["retrieval"]["disclosure"] == "sealed"
+    result = cli("cat", d["artifact_id"])
+    assert result.exit_code == 0
+    assert result.stdout_bytes == b"token"
+    assert base64.b64decode(cli.json("cat", d["artifact_id"])["content"]) == b"token"
+
+
+# -- the descriptor panel ----------------------------------------------------------
+
+HASH_LINE = re.compile(r"content hash\s+sha256:[0-9a-f]{64}\s")
+
+
+@pytest.mark.parametrize("columns", [None, "100", "91", "200"])
+def test_demo_panel_keeps_the_content_hash_on_one_line(monkeypatch: pytest.MonkeyPatch, columns: str | None) -> None:
+    if columns is not None:
+        monkeypatch.setenv("COLUMNS", columns)
+    out = run("demo").stdout
+    assert HASH_LINE.search(out), out
+    assert max(len(line) for line in out.splitlines()[:17]) <= int(columns or 200)
+
+
+def test_panel_keeps_the_hash_whole_beside_long_values(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    d = cli.put(write(tmp_path, "x" * 150 + ".txt", b"x"))
+    out = cli("show", d["artifact_id"]).stdout
+    assert HASH_LINE.search(out), out
+    assert d["content_hash"] in out
+    assert max(len(line) for line in out.splitlines()) <= 100
+
+
+def test_narrow_panel_folds_the_hash(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    d = cli.put(write(tmp_path, "a.txt", b"x"))
+    out = cli("show", d["artifact_id"]).stdout
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert d["content_hash"][:40] in out  # folded, not cut
 
 
 # -- demo, help, packaging ---------------------------------------------------------

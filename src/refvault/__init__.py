@@ -1,9 +1,9 @@
 """refvault: safe artifact references for LLM agents.
 
 Store a tool's large or binary output once (content-addressed, tenant-scoped,
-immutable, integrity-checked), hand the model an opaque id and a bounded
-preview, and serve verified, scoped reads of exactly the bytes that were
-captured.
+immutable, integrity-checked), hand the model an opaque id and a descriptor
+instead of the bytes, and serve verified, scoped reads of exactly the bytes
+that were captured.
 
 The public surface is re-exported here and imported lazily, so
 ``import refvault`` stays cheap::

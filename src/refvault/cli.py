@@ -2,7 +2,7 @@
 
 ::
 
-    refvault [--store PATH] put FILE|-      capture a file (or stdin) and print its descriptor
+    refvault put FILE|-                     capture a file (or stdin) and print its descriptor
     refvault show ID                        print a descriptor
     refvault cat ID                         write the verified bytes to stdout
     refvault ls                             list the scope's artifacts, newest first
@@ -13,15 +13,24 @@
 
 Conventions:
 
-* ``--store`` (on the group) picks the store; without it ``Vault.open(None)``
-  uses ``$REFVAULT_STORE``, else ``./.refvault``.
+* ``--store PATH`` picks the store. It is accepted both before the command
+  (``refvault --store X ls``) and on every command (``refvault ls --store X``);
+  the command's value wins. Without it the store is ``$REFVAULT_STORE`` if
+  set and non-empty, else ``./.refvault``.
+* Only ``put`` (and ``demo --store``) create a store. The other commands exit 1
+  with ``no refvault store at PATH`` when the location holds no ``catalog.db``.
 * ``--tenant/--user/--session`` (on put, show, cat, ls, rm) form the read
   scope; they default to ``$REFVAULT_TENANT`` etc., else ``local``.
 * ``--json`` on every command prints machine-readable output: descriptors as
-  ``Descriptor.to_dict()``, lists as arrays, reports as objects.
+  ``Descriptor.to_dict()``, lists as arrays, reports as objects. The outermost
+  object (or each object of an outermost array) keeps its fields in their
+  defined order; objects nested inside have sorted keys, so a descriptor
+  prints byte-for-byte the same from put, show and ls.
 * Errors print ``error: <message>`` on stderr and exit 2 for bad input
-  (:class:`~refvault.errors.InvalidArgument`), 1 for anything else refvault
-  raises. Messages never contain artifact content.
+  (:class:`~refvault.errors.InvalidArgument` and usage errors), 1 for anything
+  else. With ``--json`` the error is also printed on stdout as
+  ``{"error": {"type": "NotFound", "message": "..."}}``. Messages never
+  contain artifact content.
 * Importing this module loads only click and refvault's small value modules;
   the vault, its storage backends and rich are imported when a command runs.
 """
@@ -29,6 +38,7 @@ Conventions:
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import mimetypes
 import os
@@ -36,7 +46,6 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -45,6 +54,7 @@ import click
 
 from refvault import __version__
 from refvault.errors import InvalidArgument, RefvaultError
+from refvault.ids import check_artifact_id
 from refvault.model import Descriptor, Scope, format_time
 
 if TYPE_CHECKING:
@@ -53,13 +63,20 @@ if TYPE_CHECKING:
 
     from refvault.vault.vault import GcReport, Vault, VerifyReport
 
-__all__ = ["main", "render_descriptor"]
+__all__ = ["descriptor_json", "main", "make_console", "open_store", "plural", "render_descriptor"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 SCOPE_PARTS = ("tenant", "user", "session")
 DEFAULT_SCOPE_NAME = "local"
+DEFAULT_STORE = "./.refvault"
+STORE_ENVVAR = "REFVAULT_STORE"
 PIPE_WIDTH = 200
+
+# ``ctx.meta`` is shared by the group's context and the command's: options record what they saw there.
+_STORE_KEY = "refvault.store"
+_JSON_KEY = "refvault.json"
+_ARGS_KEY = "refvault.args"
 
 # Types the stdlib table does not know but refvault's readers do (records, lines).
 _EXTRA_MEDIA_TYPES = {
@@ -79,11 +96,24 @@ _ENCODING_MEDIA_TYPES = {
 }
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """``1 blob``, ``2 blobs``, ``1,024 bytes``; ``nouns`` for irregular plurals."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
 # -- errors ------------------------------------------------------------------------
 
 
 class CliError(click.ClickException):
-    """A refvault error, shown as ``error: <message>``; exit code 1."""
+    """A refvault error, shown as ``error: <message>``; exit code 1.
+
+    ``error_type`` names it in ``--json`` output: the :class:`RefvaultError`
+    subclass (``NotFound``, ``StorageError``, ...) or a CLI-level name.
+    """
+
+    def __init__(self, message: str, error_type: str = "Error") -> None:
+        super().__init__(message)
+        self.error_type = error_type
 
     def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"error: {self.format_message()}", err=True)
@@ -95,27 +125,93 @@ class BadInput(CliError):
     exit_code = 2
 
 
+def _message(exc: BaseException) -> str:
+    """The message of ``exc``, without the ``[Errno N]`` prefix of OS-level errors."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+def _cli_error(exc: RefvaultError, prefix: str = "") -> CliError:
+    failure = BadInput if isinstance(exc, InvalidArgument) else CliError
+    return failure(prefix + _message(exc), type(exc).__name__)
+
+
+def _wants_json(ctx: click.Context) -> bool:
+    """Whether the command line asked for ``--json``, even if parsing failed before the flag was read."""
+    flag = ctx.meta.get(_JSON_KEY)
+    if flag is not None:
+        return bool(flag)
+    args: tuple[str, ...] = ctx.meta.get(_ARGS_KEY, ())
+    return "--json" in itertools.takewhile(lambda arg: arg != "--", args)
+
+
+def _report_json_error(ctx: click.Context, exc: click.ClickException) -> None:
+    """Under ``--json``, also print the error as JSON on stdout; the human line still goes to stderr."""
+    if not _wants_json(ctx):
+        return
+    if isinstance(exc, CliError):
+        error_type = exc.error_type
+    elif isinstance(exc, click.UsageError):
+        error_type = "UsageError"
+    else:
+        error_type = type(exc).__name__
+    error = {"type": error_type, "message": exc.format_message()}
+    click.echo(json.dumps({"error": error}, indent=2))
+
+
 class _Group(click.Group):
-    """Turns every :class:`RefvaultError` a command raises into a :class:`CliError`."""
+    """Turns every :class:`RefvaultError` into a :class:`CliError`; reports errors as JSON under ``--json``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_ARGS_KEY] = tuple(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.ClickException as exc:
+            _report_json_error(ctx, exc)
+            raise
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
-        except RefvaultError as exc:
-            failure = BadInput if isinstance(exc, InvalidArgument) else CliError
-            raise failure(str(exc)) from None
+            try:
+                return super().invoke(ctx)
+            except RefvaultError as exc:
+                raise _cli_error(exc) from None
+        except click.ClickException as exc:
+            _report_json_error(ctx, exc)
+            raise
 
 
 # -- options -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Settings:
-    store: str | None
+def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is not None:
+            ctx.meta[key] = value
+        return value
+
+    return callback
+
+
+def _store_option(func: F) -> F:
+    """``--store``, on the group and on every command; the last one parsed (the command's) wins."""
+    option = click.option(
+        "--store",
+        type=click.Path(file_okay=False, dir_okay=True, path_type=str),
+        default=None,
+        metavar="PATH",
+        expose_value=False,
+        callback=_remember(_STORE_KEY),
+        help=f"Store directory (default: ${STORE_ENVVAR}, else {DEFAULT_STORE}).",
+    )
+    return option(func)
 
 
 def _json_option(func: F) -> F:
-    option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+    option = click.option(
+        "--json", "as_json", is_flag=True, callback=_remember(_JSON_KEY), help="Print machine-readable JSON."
+    )
     return option(func)
 
 
@@ -139,7 +235,7 @@ if TYPE_CHECKING:
 else:  # click < 8.5 has no generic ParamType
     _DurationBase = click.ParamType
 
-_DURATION = re.compile(r"(\d{1,12})([smhd])")
+_DURATION = re.compile(r"(\d+)([smhd])")
 _SECONDS_PER_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -151,17 +247,18 @@ class Duration(_DurationBase):
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
         if isinstance(value, timedelta):
             return value
-        match = _DURATION.fullmatch(str(value).strip().lower())
+        text = str(value).strip().lower()
+        match = _DURATION.fullmatch(text)
         if match is None:
             self.fail("expected a number followed by s, m, h or d, e.g. 30s, 15m, 2h or 7d", param, ctx)
-        amount = int(match.group(1))
-        if amount == 0:
-            self.fail("must be longer than zero", param, ctx)
-        seconds = amount * _SECONDS_PER_UNIT[match.group(2)]
+        digits = match.group(1).lstrip("0")
+        if not digits:
+            self.fail(f"{text} must be longer than zero", param, ctx)
         latest = datetime.max.replace(tzinfo=UTC) - datetime.now(UTC)
-        if seconds >= latest.total_seconds():
-            self.fail("is too far in the future", param, ctx)
-        return timedelta(seconds=seconds)
+        # More than 12 digits is past year 9999 in any unit; checking first keeps int() cheap.
+        if len(digits) > 12 or int(digits) * _SECONDS_PER_UNIT[match.group(2)] >= latest.total_seconds():
+            self.fail(f"{text} is too far in the future (the deadline must be before year 10000)", param, ctx)
+        return timedelta(seconds=int(digits) * _SECONDS_PER_UNIT[match.group(2)])
 
 
 def _guess_media_type(filename: str) -> str:
@@ -174,26 +271,84 @@ def _guess_media_type(filename: str) -> str:
     return guessed or "application/octet-stream"
 
 
-@contextmanager
-def _opened(ctx: click.Context) -> Iterator[Vault]:
+# -- the store ---------------------------------------------------------------------
+
+
+def _explicit_store(ctx: click.Context) -> str | None:
+    """The ``--store`` given on the command line (the command's, else the group's), if any."""
+    store: str | None = ctx.meta.get(_STORE_KEY)
+    return store
+
+
+def _store_location(ctx: click.Context) -> str:
+    """``--store``, else ``$REFVAULT_STORE`` if set and non-empty, else ``./.refvault``."""
+    return _explicit_store(ctx) or os.environ.get(STORE_ENVVAR) or DEFAULT_STORE
+
+
+def open_store(location: str | os.PathLike[str]) -> Vault:
+    """``Vault.open(location)``; a failure becomes a :class:`CliError` that names the store."""
     from refvault.vault.vault import Vault
 
-    settings: _Settings = ctx.find_object(_Settings) or _Settings(None)
-    with Vault.open(settings.store) as vault:
+    try:
+        return Vault.open(location)
+    except RefvaultError as exc:
+        raise _cli_error(exc, f"cannot open store {os.fspath(location)}: ") from None
+
+
+@contextmanager
+def _opened(ctx: click.Context, *, create: bool = False) -> Iterator[Vault]:
+    """The command's vault. Unless ``create``, a location without a store is an error, not a new store."""
+    location = _store_location(ctx)
+    if not create and "://" not in location and not (Path(location) / "catalog.db").exists():
+        raise CliError(
+            f"no refvault store at {location} (run 'refvault put' to create one, or pass --store)", "StoreNotFound"
+        )
+    with open_store(location) as vault:
         yield vault
 
 
+# -- JSON output -------------------------------------------------------------------
+
+
+def _sorted_keys(value: object) -> object:
+    """``value`` with the keys of every dict in it sorted, as ``json.dumps(sort_keys=True)`` would."""
+    if isinstance(value, Mapping):
+        return {key: _sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [_sorted_keys(item) for item in value]
+    return value
+
+
+def _top_level_in_order(value: object) -> object:
+    """Keep the fields of the outermost object(s) in their defined order; sort everything nested."""
+    if isinstance(value, Mapping):
+        return {key: _sorted_keys(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_top_level_in_order(item) for item in value]
+    return value
+
+
+def descriptor_json(descriptor: Descriptor) -> dict[str, Any]:
+    """``descriptor.to_dict()``: the ten fields in their defined order, the dicts inside with sorted keys.
+
+    A fresh descriptor and the same one read back from the catalog can hold
+    their nested dicts in different orders; this makes them print the same.
+    """
+    return {key: _sorted_keys(value) for key, value in descriptor.to_dict().items()}
+
+
 def _print_json(value: object) -> None:
-    click.echo(json.dumps(value, indent=2))
+    click.echo(json.dumps(_top_level_in_order(value), indent=2))
 
 
 # -- human output ------------------------------------------------------------------
 
 
-def _console(*, stderr: bool = False) -> Console:
+def make_console(*, stderr: bool = False, soft_wrap: bool = False) -> Console:
+    """A rich console; off a terminal (and without ``$COLUMNS``) it is wide, so rows and hashes stay whole."""
     from rich.console import Console
 
-    console = Console(stderr=stderr, highlight=False)
+    console = Console(stderr=stderr, highlight=False, soft_wrap=soft_wrap)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = PIPE_WIDTH  # keep table rows on one line for grep and friends
     return console
@@ -225,27 +380,35 @@ def _when(moment: datetime | None) -> str:
     return "never" if moment is None else format_time(moment)[:19].replace("T", " ") + "Z"
 
 
+_HASH_WIDTH = len("sha256:") + 64
+
+
 def render_descriptor(descriptor: Descriptor, *, title: str | None = None) -> RenderableType:
-    """A rich panel with the fields of a descriptor people look for first."""
+    """A rich panel with the fields of a descriptor people look for first.
+
+    The value column never gets narrower than a content hash while the
+    console is wide enough (91 columns), so ``sha256:<64 hex>`` stays on one
+    line; on narrower consoles values fold.
+    """
     from rich.panel import Panel
     from rich.table import Table
 
     grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column(overflow="fold")
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold", min_width=_HASH_WIDTH)
     scope = descriptor.scope
     completeness = descriptor.completeness
     status = str(completeness.get("status", "unknown"))
     if completeness.get("records") is not None:
-        status += f", {completeness['records']} records"
+        status += f", {plural(completeness['records'], 'record')}"
     omissions = completeness.get("omissions") or ()
     if omissions:
-        status += f", {len(omissions)} omissions"
+        status += f", {plural(len(omissions), 'omission')}"
     rows: list[tuple[str, object]] = [
         ("artifact id", descriptor.artifact_id),
         ("content hash", descriptor.content_hash),
         ("media type", descriptor.media_type),
-        ("size", f"{descriptor.size:,} bytes ({_size(descriptor.size)})"),
+        ("size", f"{plural(descriptor.size, 'byte')} ({_size(descriptor.size)})"),
         ("filename", descriptor.filename),
         ("disclosure", descriptor.disclosure),
         ("created", format_time(descriptor.created_at)),
@@ -265,38 +428,38 @@ def render_descriptor(descriptor: Descriptor, *, title: str | None = None) -> Re
 
 def _show_descriptor(descriptor: Descriptor, as_json: bool, *, title: str | None = None) -> None:
     if as_json:
-        _print_json(descriptor.to_dict())
+        _print_json(descriptor_json(descriptor))
     else:
-        _console().print(render_descriptor(descriptor, title=title))
+        make_console().print(render_descriptor(descriptor, title=title))
 
 
 # -- commands ----------------------------------------------------------------------
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--store",
-    type=click.Path(file_okay=False, dir_okay=True, path_type=str),
-    default=None,
-    metavar="PATH",
-    help="Store directory (default: $REFVAULT_STORE, else ./.refvault).",
-)
+@_store_option
 @click.version_option(__version__, prog_name="refvault")
-@click.pass_context
-def main(ctx: click.Context, store: str | None) -> None:
-    """Safe artifact references: store bytes once, read them back verified, by id."""
-    ctx.obj = _Settings(store)
+def main() -> None:
+    """Safe artifact references: store bytes once, read them back verified, by id.
+
+    --store is accepted here and on every command; the command's value wins.
+    """
 
 
 @main.command()
 @click.argument("source", metavar="FILE|-", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--media-type", help="Media type (default: guessed from the file name, else application/octet-stream).")
 @click.option("--filename", help="Display file name to record (default: the FILE's base name; none for stdin).")
-@click.option("--sealed", is_flag=True, help="Reachable only by reference: model-facing reads refuse it.")
+@click.option(
+    "--sealed",
+    is_flag=True,
+    help="Store as sealed: for use by reference only (by tools); model-facing read tools refuse sealed artifacts.",
+)
 @click.option("--expires-in", type=Duration(), metavar="DURATION", help="Retention deadline, e.g. 30s, 15m, 2h, 7d.")
 @click.option("--tool-call-id", help="Provenance: the tool call that produced the bytes.")
 @click.option("--idempotency-key", help="A retried put with the same key in the same scope returns the same id.")
 @_scope_options
+@_store_option
 @_json_option
 @click.pass_context
 def put(
@@ -313,7 +476,10 @@ def put(
     session: str,
     as_json: bool,
 ) -> None:
-    """Capture FILE (or stdin, with -) and print its descriptor."""
+    """Capture FILE (or stdin, with -) and print its descriptor.
+
+    Creates the store if there is none at the location yet.
+    """
     scope = Scope(tenant, user, session)
     from_stdin = source == "-"
     if filename is None and not from_stdin:
@@ -321,7 +487,7 @@ def put(
     if media_type is None:
         media_type = "application/octet-stream" if from_stdin else _guess_media_type(source)
     expires_at = None if expires_in is None else datetime.now(UTC) + expires_in
-    with _opened(ctx) as vault, _input(source) as data:
+    with _input(source) as data, _opened(ctx, create=True) as vault:
         descriptor = vault.put(
             scope,
             data,
@@ -340,18 +506,24 @@ def _input(source: str) -> Iterator[IO[bytes]]:
     if source == "-":
         yield sys.stdin.buffer
         return
-    with open(source, "rb") as file:
+    try:
+        file = open(source, "rb")  # noqa: SIM115 - closed below; only the open itself is guarded
+    except OSError as exc:
+        raise CliError(f"cannot read {source}: {_message(exc)}", "InputError") from None
+    with file:
         yield file
 
 
 @main.command()
 @click.argument("artifact_id", metavar="ID")
 @_scope_options
+@_store_option
 @_json_option
 @click.pass_context
 def show(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: str, as_json: bool) -> None:
     """Print the descriptor of artifact ID."""
     scope = Scope(tenant, user, session)
+    check_artifact_id(artifact_id)
     with _opened(ctx) as vault:
         descriptor = vault.describe(scope, artifact_id)
     _show_descriptor(descriptor, as_json)
@@ -360,6 +532,7 @@ def show(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: 
 @main.command()
 @click.argument("artifact_id", metavar="ID")
 @_scope_options
+@_store_option
 @_json_option
 @click.pass_context
 def cat(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: str, as_json: bool) -> None:
@@ -368,8 +541,12 @@ def cat(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: s
     Each chunk is checked against its digest before any of it is written; on
     damage the command stops with an error. With --json, print one object with
     the id, content hash, size and the bytes in base64 (streamed too).
+
+    Sealed artifacts are written too: the CLI is an operator tool. (Only
+    model-facing read tools refuse sealed artifacts.)
     """
     scope = Scope(tenant, user, session)
+    check_artifact_id(artifact_id)
     out = sys.stdout.buffer
     with _opened(ctx) as vault:
         descriptor = vault.describe(scope, artifact_id) if as_json else None
@@ -391,9 +568,11 @@ def _write_base64_json(out: IO[bytes], descriptor: Descriptor, chunks: Iterator[
         "size": descriptor.size,
         "encoding": "base64",
     }
+    # Verify the first chunk before writing anything: a damaged one-chunk artifact prints only the error.
+    first = next(chunks, b"")
     out.write(json.dumps(head)[:-1].encode("ascii") + b', "content": "')
     carry = b""
-    for chunk in chunks:
+    for chunk in itertools.chain((first,), chunks):
         data = carry + chunk
         whole = len(data) - len(data) % 3  # base64 of a multiple of 3 bytes has no padding
         out.write(base64.b64encode(data[:whole]))
@@ -403,6 +582,7 @@ def _write_base64_json(out: IO[bytes], descriptor: Descriptor, chunks: Iterator[
 
 @main.command(name="ls")
 @_scope_options
+@_store_option
 @_json_option
 @click.pass_context
 def list_artifacts(ctx: click.Context, tenant: str, user: str, session: str, as_json: bool) -> None:
@@ -411,9 +591,9 @@ def list_artifacts(ctx: click.Context, tenant: str, user: str, session: str, as_
     with _opened(ctx) as vault:
         descriptors = vault.list(scope)
     if as_json:
-        _print_json([d.to_dict() for d in descriptors])
+        _print_json([descriptor_json(d) for d in descriptors])
         return
-    console = _console()
+    console = make_console()
     if not descriptors:
         console.print(_text(f"no artifacts in {tenant} / {user} / {session}", "dim"))
         return
@@ -445,20 +625,23 @@ def _artifact_table(descriptors: list[Descriptor]) -> RenderableType:
 @main.command()
 @click.argument("artifact_id", metavar="ID")
 @_scope_options
+@_store_option
 @_json_option
 @click.pass_context
 def rm(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: str, as_json: bool) -> None:
     """Delete artifact ID. Its bytes are removed by a later gc once nothing references them."""
     scope = Scope(tenant, user, session)
+    check_artifact_id(artifact_id)
     with _opened(ctx) as vault:
         vault.delete(scope, artifact_id)
     if as_json:
         _print_json({"artifact_id": artifact_id, "deleted": True})
     else:
-        _console().print(_text(f"deleted {artifact_id}"))
+        make_console().print(_text(f"deleted {artifact_id}"))
 
 
 @main.command()
+@_store_option
 @_json_option
 @click.pass_context
 def verify(ctx: click.Context, as_json: bool) -> None:
@@ -466,7 +649,7 @@ def verify(ctx: click.Context, as_json: bool) -> None:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = (TextColumn("verifying"), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn())
-    console = _console(stderr=True)
+    console = make_console(stderr=True)
     # A bar only where someone watches: pipes and logs get no control codes or stray lines.
     bar = Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
     with _opened(ctx) as vault, bar:
@@ -479,7 +662,7 @@ def verify(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         _print_json(_verify_dict(report))
     else:
-        _console().print(_verify_summary(report))
+        make_console().print(_verify_summary(report))
     if not report.ok:
         ctx.exit(1)
 
@@ -503,8 +686,8 @@ def _verify_summary(report: VerifyReport) -> RenderableType:
     from rich.table import Table
 
     counts = (
-        f"{report.blobs_checked} blobs ({_size(report.bytes_checked)}) checked for {report.artifacts} artifacts; "
-        f"{report.unreferenced} unreferenced"
+        f"{plural(report.blobs_checked, 'blob')} ({_size(report.bytes_checked)}) checked for "
+        f"{plural(report.artifacts, 'artifact')}; {report.unreferenced:,} unreferenced"
     )
     if report.ok:
         return _text(f"ok: {counts}", "green")
@@ -515,7 +698,7 @@ def _verify_summary(report: VerifyReport) -> RenderableType:
     table.add_column("detail", overflow="fold")
     for p in report.problems:
         table.add_row(_text(p.kind), _text(p.digest[:16]), _text("\n".join(p.artifact_ids)), _text(p.detail))
-    headline = _text(f"{len(report.problems)} damaged blobs: {counts}", "bold red")
+    headline = _text(f"{plural(len(report.problems), 'damaged blob')}: {counts}", "bold red")
     return Group(headline, table)
 
 
@@ -528,6 +711,7 @@ def _verify_summary(report: VerifyReport) -> RenderableType:
     help="Keep unreferenced bytes younger than this (default: the vault's, 3600).",
 )
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; remove nothing.")
+@_store_option
 @_json_option
 @click.pass_context
 def gc(ctx: click.Context, grace: float | None, dry_run: bool, as_json: bool) -> None:
@@ -537,7 +721,7 @@ def gc(ctx: click.Context, grace: float | None, dry_run: bool, as_json: bool) ->
     if as_json:
         _print_json(_gc_dict(report))
     else:
-        _console().print(_gc_summary(report))
+        make_console().print(_gc_summary(report))
 
 
 def _gc_dict(report: GcReport) -> dict[str, Any]:
@@ -554,25 +738,38 @@ def _gc_summary(report: GcReport) -> RenderableType:
 
     verb = "would remove" if report.dry_run else "removed"
     lines: list[RenderableType] = [
-        _text(f"{verb} {len(report.expired)} expired artifacts", "bold"),
+        _text(f"{verb} {plural(len(report.expired), 'expired artifact')}", "bold"),
         *(_text(f"  {artifact_id}") for artifact_id in report.expired),
-        _text(f"{verb} {report.blobs_removed} unreferenced blobs"),
-        _text(f"{verb} {report.temporaries_removed} temporaries"),
+        _text(f"{verb} {plural(report.blobs_removed, 'unreferenced blob')}"),
+        _text(f"{verb} {plural(report.temporaries_removed, 'temporary', 'temporaries')}"),
     ]
     return Group(*lines)
 
 
 @main.command()
+@_store_option
 @_json_option
 @click.pass_context
 def demo(ctx: click.Context, as_json: bool) -> None:
-    """Walk through capture, dedup, isolation, verify and read-back on a fresh store.
+    """Walk through refvault's guarantees on a fresh store, checking each one.
 
-    The store is a temporary directory, removed afterwards, unless --store is given.
+    \b
+    1. capture    a file gets a descriptor: opaque id, content hash, scope, ...
+    2. dedup      the same bytes again get a new id, the same content hash,
+                  and are stored once
+    3. isolation  another tenant gets NotFound, exactly as for an id that
+                  never existed
+    4. verify     re-hashing every blob finds nothing wrong
+    5. read back  the bytes read back hash to the content hash
+    6. tamper     one byte flipped on disk is caught: the read is refused,
+                  verify names the artifacts, a fresh capture heals the blob
+
+    The store is a temporary directory, removed afterwards, unless --store is
+    given. A kept store is never damaged: step 6 runs on the temporary store
+    only. Exits 1 if any check fails.
     """
     from refvault.demo import run_demo
 
-    settings: _Settings = ctx.find_object(_Settings) or _Settings(None)
-    code = run_demo(settings.store, as_json)
+    code = run_demo(_explicit_store(ctx), as_json, open_vault=open_store)
     if code:
         ctx.exit(code)

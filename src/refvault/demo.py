@@ -15,6 +15,7 @@ and checks, with the real vault, that:
    fresh capture of the same bytes heals the blob.
 
 Each step is a check; :func:`run_demo` returns 0 only if all of them pass.
+Keep the list in step with the ``refvault demo`` help in :mod:`refvault.cli`.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import hashlib
 import json
 import random
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from refvault.cli import descriptor_json, make_console, plural, render_descriptor
 from refvault.errors import IntegrityError, NotFound
 from refvault.ids import new_artifact_id
 from refvault.model import Descriptor, Scope
@@ -109,7 +111,7 @@ class _Walk:
             "ok": self.ok,
             "store": self.store,
             "store_kept": self.store is not None,
-            "descriptor": None if self.descriptor is None else self.descriptor.to_dict(),
+            "descriptor": None if self.descriptor is None else descriptor_json(self.descriptor),
             "checks": self.checks,
         }
 
@@ -141,7 +143,7 @@ def _walk(vault: Vault, walk: _Walk) -> None:
     walk.check(
         "capture",
         first.artifact_id.startswith("art_") and first.size == len(sample),
-        f"captured {SAMPLE_RECORDS} records ({len(sample):,} bytes) as {first.artifact_id}",
+        f"captured {plural(SAMPLE_RECORDS, 'record')} ({plural(len(sample), 'byte')}) as {first.artifact_id}",
         artifact_id=first.artifact_id,
     )
 
@@ -164,8 +166,8 @@ def _walk(vault: Vault, walk: _Walk) -> None:
     walk.check(
         "verify",
         report.ok,
-        f"re-hashed {report.blobs_checked} blob(s) ({report.bytes_checked:,} bytes) behind "
-        f"{report.artifacts} artifacts: {len(report.problems)} problems",
+        f"re-hashed {plural(report.blobs_checked, 'blob')} ({plural(report.bytes_checked, 'byte')}) behind "
+        f"{plural(report.artifacts, 'artifact')}: {plural(len(report.problems), 'problem')}",
         blobs_checked=report.blobs_checked,
         artifacts=report.artifacts,
         problems=len(report.problems),
@@ -206,7 +208,7 @@ def _tamper(vault: Vault, walk: _Walk, root: Path) -> None:
     walk.check(
         "tamper",
         refused and len(named) == 2 and healed,
-        f"flipped one byte on disk: read refused (IntegrityError), verify named {len(named)} artifact(s), "
+        f"flipped one byte on disk: read refused (IntegrityError), verify named {plural(len(named), 'artifact')}, "
         "a fresh capture of the same bytes healed the blob",
         refused=refused,
         named=named,
@@ -224,11 +226,15 @@ def _not_found(vault: Vault, scope: Scope, artifact_id: str) -> str:
     return "visible"
 
 
-def run_demo(store: str | None, as_json: bool) -> int:
-    """Run the walk; print JSON or a human report; return 0 if every check passed, else 1."""
+def run_demo(store: str | None, as_json: bool, *, open_vault: Callable[[Path], Vault] = Vault.open) -> int:
+    """Run the walk; print JSON or a human report; return 0 if every check passed, else 1.
+
+    ``store`` is kept (and never tampered with); without it the walk runs on a
+    temporary store. ``open_vault`` opens the store (the CLI's names it in errors).
+    """
     with _store(store) as (location, kept):
         walk = _Walk(store=str(location) if kept else None)
-        with Vault.open(location) as vault:
+        with open_vault(location) as vault:
             _walk(vault, walk)
             if not kept:  # never damage a store the user asked to keep
                 _tamper(vault, walk, location)
@@ -240,17 +246,15 @@ def run_demo(store: str | None, as_json: bool) -> int:
 
 
 def _print_human(walk: _Walk, *, kept: bool) -> None:
-    from rich.console import Console
     from rich.text import Text
 
-    from refvault.cli import render_descriptor
-
-    console = Console(highlight=False, soft_wrap=True)
+    # Off a terminal the console is wide, so the panel keeps the content hash on one line.
+    console = make_console(soft_wrap=True)
     if walk.descriptor is not None:
         console.print(render_descriptor(walk.descriptor, title="captured incidents.jsonl"))
     for check in walk.checks:
-        mark = Text("✔ ", style="green") if check["ok"] else Text("✘ ", style="bold red")
-        console.print(mark + Text(f"{check['name']:<10} ", style="bold") + Text(check["detail"]))
+        mark = ("✔ ", "green") if check["ok"] else ("✘ ", "bold red")
+        console.print(Text.assemble(mark, (f"{check['name']:<10} ", "bold"), check["detail"]))
     where = f"store kept at {walk.store}" if kept else "temporary store removed"
     verdict = "demo passed" if walk.ok else "demo FAILED"
     console.print(Text(f"{verdict} ({where})", style="bold green" if walk.ok else "bold red"))
