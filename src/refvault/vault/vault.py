@@ -10,8 +10,8 @@ Invariants, and where each is enforced and tested:
   missing or partial bytes (``tests/test_crash.py`` kills writers at random).
 * **Opaque, fresh ids.** Every capture gets a new ``art_`` id with 128 random
   bits; an ``idempotency_key`` (unique per scope) makes a retried put return
-  the same id, and reusing it for different bytes is an
-  :class:`~refvault.errors.IdempotencyConflict`.
+  the same id, and reusing it for a different capture (other bytes or
+  metadata) is an :class:`~refvault.errors.IdempotencyConflict`.
 * **Tenant-only dedup.** Blobs are addressed by (tenant namespace, SHA-256),
   so identical bytes are stored once per tenant and never shared across
   tenants: no dedupe or timing oracle between tenants.
@@ -268,47 +268,30 @@ class Vault:
         returns the first capture's descriptor.
         """
         with self._audited("put", scope) as facts:
-            descriptor = self._put(
-                scope,
-                data,
-                media_type=media_type,
-                tool_call_id=tool_call_id,
-                run_id=run_id,
-                source_version=source_version,
-                completeness=completeness,
-                schema_version=schema_version,
-                expires_at=expires_at,
-                disclosure=disclosure,
-                idempotency_key=idempotency_key,
-                filename=filename,
+            now = self.clock()
+            draft = Manifest(
+                artifact_id=new_artifact_id(),
+                scope=_checked_scope(scope),
+                digest="0" * 64,
+                size=0,
+                media_type=canonical_media_type(media_type),
+                disclosure=checked_disclosure(disclosure),
+                created_at=now,
+                expires_at=checked_expiry(expires_at, now),
+                filename=checked_filename(filename),
+                tool_call_id=checked_label("tool_call_id", tool_call_id),
+                run_id=checked_label("run_id", run_id),
+                schema_version=checked_label("schema_version", schema_version),
+                source_version=checked_json("source_version", source_version),
+                completeness=checked_completeness(completeness),
+                idempotency_key=checked_label("idempotency_key", idempotency_key),
             )
+            got = ingest(data, self.blobs, inline_max=self.inline_max)
+            manifest = replace(draft, digest=got.digest, size=got.size)
+            record = got.record(namespace_of(manifest.scope.tenant))
+            descriptor = self._committer.submit(Pending(Publication(manifest, record), got.writer)).descriptor()
             facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)
         return descriptor
-
-    def _put(self, scope: Scope, data: object, **metadata: Any) -> Descriptor:
-        now = self.clock()
-        draft = Manifest(
-            artifact_id=new_artifact_id(),
-            scope=_checked_scope(scope),
-            digest="0" * 64,
-            size=0,
-            media_type=canonical_media_type(metadata["media_type"]),
-            disclosure=checked_disclosure(metadata["disclosure"]),
-            created_at=now,
-            expires_at=checked_expiry(metadata["expires_at"], now),
-            filename=checked_filename(metadata["filename"]),
-            tool_call_id=checked_label("tool_call_id", metadata["tool_call_id"]),
-            run_id=checked_label("run_id", metadata["run_id"]),
-            schema_version=checked_label("schema_version", metadata["schema_version"]),
-            source_version=checked_json("source_version", metadata["source_version"]),
-            completeness=checked_completeness(metadata["completeness"]),
-            idempotency_key=checked_label("idempotency_key", metadata["idempotency_key"]),
-        )
-        got = ingest(data, self.blobs, inline_max=self.inline_max)
-        manifest = replace(draft, digest=got.digest, size=got.size)
-        record = got.record(namespace_of(manifest.scope.tenant))
-        pending = Pending(Publication(manifest, record), got.writer)
-        return self._committer.submit(pending).descriptor()
 
     # -- reads -------------------------------------------------------------------
 
