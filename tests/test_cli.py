@@ -413,11 +413,11 @@ def test_gc_dry_run_then_gc(cli: Cli, tmp_path: Path) -> None:
 
     assert cli.json("gc")["blobs_removed"] == 0  # default grace (1 h) protects young blobs
     dry = cli.json("gc", "--grace", "0", "--dry-run")
-    assert dry == {"dry_run": True, "expired": [], "blobs_removed": 1, "temporaries_removed": 0}
+    assert dry == {"dry_run": True, "expired": [], "blobs_removed": 1, "temporaries_removed": 0, "failures": 0}
     assert len(blob_files(cli.store)) == 1
 
     done = cli.json("gc", "--grace", "0")
-    assert done == {"dry_run": False, "expired": [], "blobs_removed": 1, "temporaries_removed": 0}
+    assert done == {"dry_run": False, "expired": [], "blobs_removed": 1, "temporaries_removed": 0, "failures": 0}
     assert blob_files(cli.store) == []
     assert cli.json("gc", "--grace", "0")["blobs_removed"] == 0
 
@@ -736,7 +736,7 @@ def test_demo_descriptor_json_matches_put_order(cli: Cli) -> None:
 def test_report_json_keeps_its_field_order(cli: Cli, tmp_path: Path) -> None:
     cli.put(write(tmp_path, "a.txt", b"x"))
     assert list(cli.json("verify")) == ["ok", "blobs_checked", "bytes_checked", "artifacts", "unreferenced", "problems"]
-    assert list(cli.json("gc")) == ["dry_run", "expired", "blobs_removed", "temporaries_removed"]
+    assert list(cli.json("gc")) == ["dry_run", "expired", "blobs_removed", "temporaries_removed", "failures"]
 
 
 # -- wording -----------------------------------------------------------------------
@@ -925,3 +925,38 @@ def test_console_script_round_trips_binary(tmp_path: Path) -> None:
     missing = subprocess.run([script, "cat", MISSING_ID], capture_output=True, env=env)
     assert missing.returncode == 1
     assert missing.stderr == f"error: artifact {MISSING_ID} not found in this scope\n".encode()
+
+
+def test_cat_json_prints_only_the_error_when_a_later_chunk_is_damaged(cli: Cli, tmp_path: Path) -> None:
+    data = payload(3 * (1 << 20))
+    d = cli.put(write(tmp_path, "big.bin", data))
+    with Vault.open(cli.store) as vault:  # a range read records chunk digests, so damage shows up late
+        vault.read_range(Scope("local", "local", "local"), d["artifact_id"], 0, 1)
+    digest = d["content_hash"].removeprefix("sha256:")
+    [blob] = cli.store.glob(f"blobs/*/{digest[:2]}/{digest}")
+    blob.chmod(0o640)
+    damaged = bytearray(data)
+    damaged[2 * (1 << 20) + 5] ^= 1
+    blob.write_bytes(bytes(damaged))
+    result = cli("cat", d["artifact_id"], "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["error"]["type"] == "IntegrityError"
+
+
+def test_gc_reports_blobs_it_could_not_remove_and_exits_1(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from refvault.blobs.filesystem import FilesystemBlobStore
+    from refvault.errors import StorageError
+
+    d = cli.put(write(tmp_path, "big.bin", payload(100_000)))
+    assert cli("rm", d["artifact_id"]).exit_code == 0
+
+    def refuse(self: FilesystemBlobStore, key: object) -> None:
+        raise StorageError(13, "deleting a blob failed: Permission denied")
+
+    monkeypatch.setattr(FilesystemBlobStore, "delete", refuse)
+    result = cli("gc", "--grace", "0", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["failures"] == 1
+    assert cli("gc", "--grace", "inf").exit_code == 2

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import sqlite3
 import stat
+import threading
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from refvault import AuditRecord, Descriptor, Scope, Vault
+from refvault.blobs.base import BlobKey
+from refvault.blobs.filesystem import FilesystemBlobStore
+from refvault.blobs.memory import MemoryBlobStore, _MemoryWriter
 from refvault.catalog.base import CHUNK_SIZE
+from refvault.catalog.memory import MemoryCatalog
+from refvault.catalog.sql import SqlCatalog
 from refvault.errors import (
     Expired,
     IdempotencyConflict,
@@ -273,3 +281,94 @@ def test_mutating_the_input_buffer_after_put_changes_nothing(vault: Vault) -> No
     data[:] = b"\x00" * len(data)
     assert vault.read_bytes(SCOPE, d.artifact_id) == original
     assert d.created_at.tzinfo == UTC
+
+
+# -- second review -------------------------------------------------------------------
+
+
+class _ChangingSource(MemoryBlobStore):
+    """A blob store whose background writes change the caller's buffer first: a chunk the
+    capture has already hashed is then written after the memory under it changed."""
+
+    def __init__(self, source: bytearray) -> None:
+        super().__init__()
+        self.source = source
+
+    def writer(self) -> _MemoryWriter:
+        store = self
+        inner = super().writer()
+
+        class Writer:
+            def write(self, data: bytes | memoryview) -> None:
+                if threading.current_thread().name == "refvault-writer":
+                    time.sleep(0.05)  # let the capture hash this chunk first
+                    store.source[:] = b"\x00" * len(store.source)
+                inner.write(data)
+
+            def seal(self) -> None:
+                inner.seal()
+
+            def publish(self, key: BlobKey) -> None:
+                inner.publish(key)
+
+            def abort(self) -> None:
+                inner.abort()
+
+        return Writer()  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("wrap", [lambda b: b, lambda b: memoryview(b).toreadonly()], ids=["bytearray", "readonly"])
+def test_bytes_written_are_the_bytes_hashed_even_if_the_buffer_changes(wrap: object) -> None:
+    source = bytearray(payload(3 * CHUNK_SIZE, seed=21))
+    vault = Vault(_ChangingSource(source), MemoryCatalog())
+    d = vault.put(SCOPE, wrap(source))  # type: ignore[operator]
+    # Which bytes a caller racing its own put gets stored is undefined; that they match
+    # the content hash is not: without the per-chunk copy this read fails verification.
+    stored = vault.read_bytes(SCOPE, d.artifact_id)
+    assert d.content_hash == "sha256:" + hashlib.sha256(stored).hexdigest()
+    assert vault.verify().ok
+
+
+def test_a_concurrent_sweep_cannot_take_a_temporary_being_published(tmp_path: Path) -> None:
+    store = FilesystemBlobStore(tmp_path)
+    writer = store.writer()
+    writer.write(b"payload")
+    writer.seal()
+    real_publish = store._publish
+    swept: list[int] = []
+
+    def publish_with_gc_racing(temp_name: str, key: BlobKey) -> None:
+        swept.append(store.sweep_temp(0))  # gc runs at the worst moment
+        real_publish(temp_name, key)
+
+    store._publish = publish_with_gc_racing  # type: ignore[method-assign]
+    key = BlobKey("a" * 32, "b" * 64)
+    writer.publish(key)
+    assert swept == [0]
+    assert store.exists(key)
+    store.close()
+
+
+@pytest.mark.parametrize("grace", [float("inf"), float("nan"), 1e300, -1])
+def test_grace_must_be_finite_and_sane(vault: Vault, grace: float) -> None:
+    with pytest.raises(InvalidArgument, match="grace"):
+        vault.gc(grace=grace)
+
+
+def test_an_unknown_disclosure_in_the_catalog_fails_closed(tmp_path: Path) -> None:
+    from refvault.catalog.schema import artifacts
+
+    with Vault.open(tmp_path / "store") as vault:
+        d = vault.put(SCOPE, b"x")
+        catalog = vault.catalog
+        assert isinstance(catalog, SqlCatalog)
+        with catalog._write() as conn, conn.begin():
+            conn.execute(artifacts.update().values(disclosure="weird"))
+        assert vault.describe(SCOPE, d.artifact_id).disclosure == "sealed"
+
+
+def test_a_closed_catalog_refuses_work(tmp_path: Path) -> None:
+    catalog = SqlCatalog.for_file(tmp_path / "catalog.db")
+    catalog.close()
+    with pytest.raises(StorageError, match="closed"):
+        catalog.find(SCOPE, "art_" + "a" * 26)

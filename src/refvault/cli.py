@@ -540,7 +540,8 @@ def cat(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: s
 
     Each chunk is checked against its digest before any of it is written; on
     damage the command stops with an error. With --json, print one object with
-    the id, content hash, size and the bytes in base64 (streamed too).
+    the id, content hash, size and the bytes in base64; the whole artifact is
+    verified first, so the output is either complete JSON or only the error.
 
     Sealed artifacts are written too: the CLI is an operator tool. (Only
     model-facing read tools refuse sealed artifacts.)
@@ -551,12 +552,14 @@ def cat(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: s
     with _opened(ctx) as vault:
         descriptor = vault.describe(scope, artifact_id) if as_json else None
         with vault.stream(scope, artifact_id) as stream:
-            chunks = stream.iter_chunks()
             if descriptor is None:
-                for chunk in chunks:
+                for chunk in stream.iter_chunks():
                     out.write(chunk)
             else:
-                _write_base64_json(out, descriptor, chunks)
+                for _ in stream.iter_chunks():  # verify every chunk before printing any JSON
+                    pass
+                stream.seek(0)
+                _write_base64_json(out, descriptor, stream.iter_chunks())
     out.flush()
 
 
@@ -568,11 +571,9 @@ def _write_base64_json(out: IO[bytes], descriptor: Descriptor, chunks: Iterator[
         "size": descriptor.size,
         "encoding": "base64",
     }
-    # Verify the first chunk before writing anything: a damaged one-chunk artifact prints only the error.
-    first = next(chunks, b"")
     out.write(json.dumps(head)[:-1].encode("ascii") + b', "content": "')
     carry = b""
-    for chunk in itertools.chain((first,), chunks):
+    for chunk in chunks:
         data = carry + chunk
         whole = len(data) - len(data) % 3  # base64 of a multiple of 3 bytes has no padding
         out.write(base64.b64encode(data[:whole]))
@@ -705,7 +706,7 @@ def _verify_summary(report: VerifyReport) -> RenderableType:
 @main.command()
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, max=100 * 365 * 86400),
     default=None,
     metavar="SECONDS",
     help="Keep unreferenced bytes younger than this (default: the vault's, 3600).",
@@ -715,13 +716,18 @@ def _verify_summary(report: VerifyReport) -> RenderableType:
 @_json_option
 @click.pass_context
 def gc(ctx: click.Context, grace: float | None, dry_run: bool, as_json: bool) -> None:
-    """Remove expired artifacts, then bytes and temporaries nothing references."""
+    """Remove expired artifacts, then bytes and temporaries nothing references.
+
+    Exits 1 if any unreferenced blob could not be removed.
+    """
     with _opened(ctx) as vault:
         report = vault.gc(grace=grace, dry_run=dry_run)
     if as_json:
         _print_json(_gc_dict(report))
     else:
         make_console().print(_gc_summary(report))
+    if report.failures:
+        ctx.exit(1)
 
 
 def _gc_dict(report: GcReport) -> dict[str, Any]:
@@ -730,6 +736,7 @@ def _gc_dict(report: GcReport) -> dict[str, Any]:
         "expired": list(report.expired),
         "blobs_removed": report.blobs_removed,
         "temporaries_removed": report.temporaries_removed,
+        "failures": report.failures,
     }
 
 
@@ -743,6 +750,8 @@ def _gc_summary(report: GcReport) -> RenderableType:
         _text(f"{verb} {plural(report.blobs_removed, 'unreferenced blob')}"),
         _text(f"{verb} {plural(report.temporaries_removed, 'temporary', 'temporaries')}"),
     ]
+    if report.failures:
+        lines.append(_text(f"could not remove {plural(report.failures, 'blob')} (see permissions)", "bold red"))
     return Group(*lines)
 
 

@@ -130,18 +130,29 @@ class _FileWriter:
         self._published: BlobKey | None = None
         self._written = 0
         self._kicked = 0
-        self._name = secrets.token_hex(16) + ".tmp"
-        try:
-            self._fd = os.open(
-                self._name,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=store._tmp_fd,
-            )
-            # Held until the writer is done: gc's sweep never removes a temporary in use.
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            raise _storage_error("creating a temporary file", exc) from None
+        self._fd = -1
+        for _ in range(3):
+            self._name = secrets.token_hex(16) + ".tmp"
+            try:
+                self._fd = os.open(
+                    self._name,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                    dir_fd=store._tmp_fd,
+                )
+            except OSError as exc:
+                raise _storage_error("creating a temporary file", exc) from None
+            # The lock is held until the bytes are published or discarded, so gc's sweep
+            # never removes a temporary in use. A sweep can win the race between create
+            # and lock (the file looks old with grace 0): then start again with a new name.
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.fstat(self._fd).st_nlink > 0:
+                    return
+            except BlockingIOError:
+                pass
+            self.abort()
+        raise StorageError(errno.EAGAIN, "could not create a temporary file: gc kept removing it; retry")
 
     def write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
@@ -182,12 +193,11 @@ class _FileWriter:
                 raise StorageError(errno.ENOENT, "the blob vanished before its manifest committed; retry the put")
             return
         try:
-            if self._fd >= 0:
-                os.utime(self._fd)  # the object's age counts from publication (gc's grace)
-                os.close(self._fd)
-                self._fd = -1
-            self._store._publish(self._name, key)
+            os.utime(self._fd)  # the object's age counts from publication (gc's grace)
+            self._store._publish(self._name, key)  # still open and locked: safe from the sweep
             self._published = key
+            os.close(self._fd)
+            self._fd = -1
         except BaseException:
             self.abort()
             raise
@@ -230,13 +240,14 @@ class FilesystemBlobStore:
         shards are created up front, this one fsync makes all their entries
         durable.
         """
-        ns_fd, created = _open_dir(namespace, self._blobs_fd, create=True)
+        ns_fd, _ = _open_dir(namespace, self._blobs_fd, create=True)
         try:
-            if created:
+            if namespace not in self._durable:
+                # Whoever created the namespace may have died part way: complete it, then
+                # one fsync makes every shard entry durable for this process's publications.
                 for shard in range(256):
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(f"{shard:02x}", 0o750, dir_fd=ns_fd)
-            if namespace not in self._durable:
                 _fsync(ns_fd, "a blob directory")
                 _fsync(self._blobs_fd, "the blob root")
                 self._durable.add(namespace)

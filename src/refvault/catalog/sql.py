@@ -55,7 +55,7 @@ def _manifest(row: sa.Row[Any]) -> Manifest:
         digest=row.digest,
         size=row.size,
         media_type=row.media_type,
-        disclosure="sealed" if row.disclosure == "sealed" else "model",
+        disclosure="model" if row.disclosure == "model" else "sealed",  # anything unexpected fails closed
         created_at=_from_us(row.created_us),
         expires_at=None if row.expires_us is None else _from_us(row.expires_us),
         filename=row.filename,
@@ -149,6 +149,7 @@ class SqlCatalog:
         return cls(sa.engine.URL.create("sqlite", database=str(path)))
 
     def __init__(self, url: str | sa.engine.URL) -> None:
+        self._closed = False
         self._engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         if self._engine.dialect.name != "sqlite":
             raise StorageError("SqlCatalog supports SQLite URLs in this release")
@@ -162,9 +163,11 @@ class SqlCatalog:
     # -- plumbing ----------------------------------------------------------------
 
     def _write(self) -> sa.Connection:
-        return self._engine.connect().execution_options(refvault_write=True)
+        return self._read().execution_options(refvault_write=True)
 
     def _read(self) -> sa.Connection:
+        if self._closed:
+            raise StorageError("the catalog is closed")
         return self._engine.connect()
 
     def _migrate(self) -> None:
@@ -320,6 +323,7 @@ class SqlCatalog:
         return [BlobKey(row.namespace, row.digest) for row in rows]
 
     def close(self) -> None:
+        self._closed = True
         self._engine.dispose()
 
 

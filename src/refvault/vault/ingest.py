@@ -62,9 +62,10 @@ def _pieces(data: object) -> Iterator[memoryview]:
         if not view.c_contiguous:
             raise InvalidArgument("a memoryview given as data must be C-contiguous")
         view = view.cast("B")
-        # Each chunk is hashed and then written: a buffer the caller can still change
-        # is copied chunk by chunk, so the bytes written are the bytes hashed.
-        mutable = not view.readonly
+        # Each chunk is hashed and then written: unless the memory is immutable
+        # (a bytes object), it is copied chunk by chunk so the bytes written are the
+        # bytes hashed. A read-only view over a bytearray can still change underneath.
+        mutable = not isinstance(view.obj, bytes)
         for start in range(0, len(view), CHUNK_SIZE):
             piece = view[start : start + CHUNK_SIZE]
             yield memoryview(bytes(piece)) if mutable else piece
@@ -134,6 +135,19 @@ class _BackgroundWriter:
         if self._error is not None:
             raise self._error
 
+    def stop(self) -> None:
+        """Wait until the helper has exited, even through further interrupts.
+
+        Called while an error is already propagating (that error is the one the
+        caller sees), so anything raised while waiting is dropped.
+        """
+        self._error = self._error or InvalidArgument("capture abandoned")  # the helper skips what is left
+        while self._thread.is_alive():
+            with contextlib.suppress(BaseException):
+                with contextlib.suppress(queue.Full):
+                    self._queue.put(None, timeout=0.1)
+                self._thread.join(timeout=0.1)
+
 
 def ingest(data: object, blobs: BlobStore, *, inline_max: int) -> Ingested:
     """Consume ``data`` once; return its digests and a sealed writer (or the inline bytes)."""
@@ -166,8 +180,7 @@ def ingest(data: object, blobs: BlobStore, *, inline_max: int) -> Ingested:
         writer.seal()
     except BaseException:
         if background is not None:
-            with contextlib.suppress(BaseException):  # the original error is the one to report
-                background.finish()
+            background.stop()  # the helper must be gone before the writer's file is closed
         writer.abort()
         raise
     return Ingested(full.hexdigest(), size, None, writer)

@@ -141,6 +141,7 @@ class Vault:
         inline_max: int = DEFAULT_INLINE_MAX,
         grace: float = DEFAULT_GRACE,
     ) -> None:
+        _check_grace(grace)
         self.blobs = blobs
         self.catalog = catalog
         self.clock = clock
@@ -430,8 +431,7 @@ class Vault:
         if self._closed:
             raise StorageError("this vault is closed")
         grace = self.grace if grace is None else grace
-        if isinstance(grace, bool) or not isinstance(grace, int | float) or not grace >= 0:
-            raise InvalidArgument("grace must be a non-negative number of seconds")
+        _check_grace(grace)
         report = GcReport(dry_run=dry_run)
         now = self.clock()
         if dry_run:
@@ -463,6 +463,14 @@ class Vault:
             return True
 
         return remove
+
+
+MAX_GRACE = 100 * 365 * 86400.0
+
+
+def _check_grace(grace: object) -> None:
+    if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= MAX_GRACE:
+        raise InvalidArgument("grace must be a number of seconds between 0 and 100 years")
 
 
 def _is_count(value: object) -> bool:
