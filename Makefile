@@ -34,6 +34,7 @@ test: check
 
 bench: $(STAMP)
 	$(BIN)/python bench/capture.py
+	$(BIN)/python bench/dispatch.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "Artifact": "refvault.toolbox.toolbox",
     "AsyncVault": "refvault.vault.aio",
     "AuditRecord": "refvault.vault.vault",
     "ArtifactStream": "refvault.vault.verified",
@@ -31,6 +32,13 @@ _EXPORTS = {
     "Vault": "refvault.vault.vault",
     "VerifyReport": "refvault.vault.vault",
     "errors": "refvault.errors",
+    "Observation": "refvault.toolbox.toolbox",
+    "Ref": "refvault.toolbox.ref",
+    "ToolContext": "refvault.toolbox.toolbox",
+    "ToolEvent": "refvault.toolbox.toolbox",
+    "Toolbox": "refvault.toolbox.toolbox",
+    "BadRef": "refvault.errors",
+    "UnresolvedRef": "refvault.errors",
     "RefvaultError": "refvault.errors",
     "InvalidArgument": "refvault.errors",
     "InvalidScope": "refvault.errors",
@@ -44,9 +52,11 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "Artifact",
     "ArtifactStream",
     "AsyncVault",
     "AuditRecord",
+    "BadRef",
     "Descriptor",
     "Expired",
     "GcReport",
@@ -57,10 +67,16 @@ __all__ = [
     "InvalidMetadata",
     "InvalidScope",
     "NotFound",
+    "Observation",
     "Principal",
+    "Ref",
     "RefvaultError",
     "Scope",
     "StorageError",
+    "ToolContext",
+    "ToolEvent",
+    "Toolbox",
+    "UnresolvedRef",
     "Vault",
     "VerifyReport",
     "errors",
@@ -69,6 +85,7 @@ __all__ = [
 if TYPE_CHECKING:
     from refvault import errors
     from refvault.errors import (
+        BadRef,
         Expired,
         IdempotencyConflict,
         IntegrityError,
@@ -79,8 +96,11 @@ if TYPE_CHECKING:
         NotFound,
         RefvaultError,
         StorageError,
+        UnresolvedRef,
     )
     from refvault.model import Descriptor, Principal, Scope
+    from refvault.toolbox.ref import Ref
+    from refvault.toolbox.toolbox import Artifact, Observation, Toolbox, ToolContext, ToolEvent
     from refvault.vault.aio import AsyncVault
     from refvault.vault.vault import AuditRecord, GcReport, Vault, VerifyReport
     from refvault.vault.verified import ArtifactStream

@@ -12,11 +12,13 @@ about an artifact that does not exist.
     │   ├── InvalidScope                 tenant/user/session malformed
     │   ├── InvalidId                    not a well-formed artifact id
     │   └── InvalidMetadata              media type, disclosure, expiry, JSON fields, filename
+    │   └── BadRef                       a Ref argument names no artifact readable in this scope
     ├── NotFound (LookupError)           absent, deleted, or not yours (indistinguishable)
     ├── Expired                          past expires_at (only the owner ever sees this)
     ├── IdempotencyConflict              key reused in the same scope for different bytes
     ├── IntegrityError                   stored bytes disagree with the manifest; no bad byte returned
-    └── StorageError (OSError)           the backend failed (I/O, fsync, unsafe store layout)
+    ├── StorageError (OSError)           the backend failed (I/O, fsync, unsafe store layout)
+    └── UnresolvedRef                    a Ref was read outside the tool call that received it
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ __all__ = [
     "NotFound",
     "RefvaultError",
     "StorageError",
+    "BadRef",
+    "UnresolvedRef",
 ]
 
 
@@ -53,6 +57,19 @@ class InvalidId(InvalidArgument):
 
 class InvalidMetadata(InvalidArgument):
     """Capture metadata (media type, disclosure, expiry, JSON fields, filename) is invalid."""
+
+
+class BadRef(InvalidArgument):
+    """A ``Ref`` argument cannot be resolved: empty, malformed, unknown, expired or another scope's.
+
+    Model-recoverable: the message names the id the model sent and nothing
+    else, identically for every one of those causes.
+    """
+
+    def __init__(self, artifact_id: str) -> None:
+        shown = artifact_id if len(artifact_id) <= 64 else artifact_id[:64] + "…"
+        self.artifact_id = artifact_id
+        super().__init__(f"no artifact {shown!r} can be read here; pass an artifact id from this session")
 
 
 class NotFound(RefvaultError, LookupError):
@@ -97,3 +114,11 @@ class IntegrityError(RefvaultError):
 
 class StorageError(RefvaultError, OSError):
     """The storage backend failed: an I/O or fsync error, or an unsafe store layout."""
+
+
+class UnresolvedRef(RefvaultError):
+    """A ``Ref`` was read outside the tool call that received it.
+
+    Resolved bytes live only for the duration of one dispatch; after it, in
+    another task or another run, the ``Ref`` is just an id.
+    """

@@ -1,0 +1,442 @@
+"""Check that resolved Ref values have exactly one production site.
+
+:func:`refvault.toolbox.substitute.bind_refs` is the only function that puts
+resolved bytes into a dispatch frame. This checker parses every ``.py`` file
+under a root with :mod:`ast` (nothing is imported or executed) and reports:
+
+* ``unallowed-call``: a call of ``bind_refs`` from a function that is not on
+  :data:`ALLOWED_CALL_SITES`;
+* ``value-use``: ``bind_refs`` used as a value instead of being called:
+  assigned, passed as an argument, returned, stored in a container, used as a
+  decorator, read as an attribute, or fetched with ``getattr(module, "bind_refs")``
+  (or ``getattr`` with a computed name on its module);
+* ``stale-allow``: an allow-list entry whose site has no call any more;
+* ``empty-reason`` / ``bad-allow-key``: a malformed allow-list entry;
+* ``unparsable``: a file that does not parse (a failure, never skipped);
+* ``empty-scan``: no file was read at all.
+
+Names are followed through ``import a.b.c``, ``import a.b.c as x``,
+``from a.b import c as x``, relative imports (resolved against the file's
+module path), ``from m import *``, ``importlib.import_module("a.b.c")``,
+plain ``name = other.name`` assignments, and re-exports by other scanned
+modules. Bindings are tracked per file rather than per scope, which errs on
+the side of reporting. Test files (``test_*.py`` or anything under a ``tests``
+directory) are not scanned.
+
+A site key is ``<path>:<qualified function name>``, e.g.
+``refvault/toolbox/toolbox.py:Toolbox._prepare``: the path is relative to the
+directory that holds the top-level package and module-level code is
+``<module>``. Keys name functions rather than lines so that edits elsewhere
+in a file do not break them.
+
+Run ``python -m refvault.toolbox.scan [ROOT]``: one line per finding, then a
+summary line; exit status 0 when clean, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+__all__ = [
+    "ALLOWED_CALL_SITES",
+    "TARGET",
+    "TARGET_FUNCTION",
+    "TARGET_MODULE",
+    "Finding",
+    "ScanReport",
+    "main",
+    "scan",
+]
+
+TARGET_MODULE = "refvault.toolbox.substitute"
+TARGET_FUNCTION = "bind_refs"
+TARGET = f"{TARGET_MODULE}.{TARGET_FUNCTION}"
+
+#: The only places allowed to call ``bind_refs``: site key -> why (a non-empty reason).
+ALLOWED_CALL_SITES: Mapping[str, str] = MappingProxyType(
+    {
+        "refvault/toolbox/toolbox.py:Toolbox._prepare": (
+            "the dispatcher: resolves a validated tool call's Ref arguments into that call's "
+            "dispatch frame, once per attempt, in the caller's scope"
+        ),
+    }
+)
+
+MODULE_SCOPE = "<module>"
+_MAX_REWRITES = 64  # bound on alias-chain rewriting, so an import cycle cannot loop forever
+_MAX_PARTS = 32  # longest dotted path an assignment alias may bind
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Finding:
+    """One problem, located by file path (relative, POSIX), line and column (1-based; 0 for allow-list entries)."""
+
+    path: str
+    line: int
+    col: int
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.rule}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class ScanReport:
+    """The outcome of :func:`scan`: findings in (path, line, col) order and how many files were read."""
+
+    root: Path
+    files_read: int
+    findings: tuple[Finding, ...]
+    allowed_calls: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def summary(self) -> str:
+        status = "clean" if self.ok else f"{len(self.findings)} finding(s)"
+        return (
+            f"scan of {TARGET}: {self.files_read} file(s) read, "
+            f"{len(self.allowed_calls)} allowed call site(s), {status}"
+        )
+
+
+# -- file discovery ------------------------------------------------------------------
+
+
+def _is_test_file(relative: Path) -> bool:
+    return relative.name.startswith("test_") or "tests" in relative.parts[:-1]
+
+
+def _python_files(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
+        for name in sorted(files):
+            path = Path(directory, name)
+            if name.endswith(".py") and not _is_test_file(path.relative_to(root)):
+                found.append(path)
+    return found
+
+
+def _module_name(path: Path) -> str:
+    """The dotted import name of ``path``: its parent directories count while they hold ``__init__.py``."""
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    directory = path.parent
+    while (directory / "__init__.py").is_file() and directory.parent != directory:
+        parts.insert(0, directory.name)
+        directory = directory.parent
+    return ".".join(parts)
+
+
+def _display_base(root: Path) -> Path:
+    return root.parent if (root / "__init__.py").is_file() else root
+
+
+# -- per-file name bindings ----------------------------------------------------------
+
+
+@dataclass
+class _Source:
+    path: Path
+    display: str
+    module: str
+    is_package: bool
+    tree: ast.Module
+    bindings: dict[str, set[str]] = field(default_factory=dict)
+
+    def bind(self, name: str, qualname: str) -> bool:
+        names = self.bindings.setdefault(name, set())
+        if qualname in names:
+            return False
+        names.add(qualname)
+        return True
+
+
+def _absolute(source: _Source, module: str | None, level: int) -> str | None:
+    """Resolve the module named by ``from <level dots><module> import …`` in ``source``."""
+    if level == 0:
+        return module
+    package = source.module.split(".") if source.is_package else source.module.split(".")[:-1]
+    if level - 1 > len(package) or (level - 1 == len(package) and not module):
+        return None
+    base = package[: len(package) - (level - 1)]
+    if module:
+        base = [*base, *module.split(".")]
+    return ".".join(base) if base else None
+
+
+def _collect_bindings(source: _Source) -> None:
+    """Record every name this file binds to a dotted path: imports, definitions of the target, simple aliases."""
+    assignments: list[tuple[str, ast.expr]] = []
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname is not None:
+                    source.bind(alias.asname, alias.name)
+                else:
+                    head = alias.name.split(".", 1)[0]
+                    source.bind(head, head)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(source, node.module, node.level)
+            if base is None:
+                continue
+            for alias in node.names:
+                if alias.name == "*":
+                    source.bind(TARGET_FUNCTION, f"{base}.{TARGET_FUNCTION}")
+                else:
+                    source.bind(alias.asname or alias.name, f"{base}.{alias.name}")
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if node.value is not None:
+                assignments.extend((t.id, node.value) for t in targets if isinstance(t, ast.Name))
+    if source.module == TARGET_MODULE:
+        for statement in source.tree.body:
+            if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef) and statement.name == TARGET_FUNCTION:
+                source.bind(TARGET_FUNCTION, TARGET)
+    changed = True
+    while changed:  # terminates: bindings only grow, and paths are capped at _MAX_PARTS
+        changed = False
+        for name, value in assignments:
+            for qualname in _raw_qualnames(source, value):
+                if qualname.count(".") < _MAX_PARTS:  # ``x = x.y`` would otherwise grow forever
+                    changed |= source.bind(name, qualname)
+
+
+def _raw_qualnames(source: _Source, node: ast.expr, depth: int = 0) -> set[str]:
+    """Dotted paths ``node`` may denote, using this file's bindings only (not yet canonicalised)."""
+    if depth > _MAX_REWRITES:
+        return set()
+    if isinstance(node, ast.Name):
+        return set(source.bindings.get(node.id, ()))
+    if isinstance(node, ast.Attribute):
+        return {f"{q}.{node.attr}" for q in _raw_qualnames(source, node.value, depth + 1)}
+    if isinstance(node, ast.Call) and node.args and not node.keywords:
+        module = node.args[0]
+        if isinstance(module, ast.Constant) and isinstance(module.value, str) and not module.value.startswith("."):
+            functions = _raw_qualnames(source, node.func, depth + 1)
+            if "importlib.import_module" in functions:
+                return {module.value}
+    return set()
+
+
+# -- the checker ---------------------------------------------------------------------
+
+
+class _Resolver:
+    """Canonicalise dotted paths through re-exports: ``pkg.name`` where ``pkg`` binds ``name`` to something."""
+
+    def __init__(self, sources: Sequence[_Source]) -> None:
+        self.exports: dict[str, set[str]] = {}
+        for source in sources:
+            if not source.module:
+                continue
+            for name, qualnames in source.bindings.items():
+                key = f"{source.module}.{name}"
+                self.exports.setdefault(key, set()).update(q for q in qualnames if q != key)
+
+    def canonical(self, qualnames: set[str]) -> set[str]:
+        done: set[str] = set()
+        pending = set(qualnames)
+        for _ in range(_MAX_REWRITES):
+            if not pending:
+                break
+            following: set[str] = set()
+            for qualname in pending:
+                if qualname in done:
+                    continue
+                done.add(qualname)
+                parts = qualname.split(".")
+                for cut in range(len(parts), 0, -1):
+                    rewrites = self.exports.get(".".join(parts[:cut]))
+                    if rewrites:
+                        following.update(".".join([r, *parts[cut:]]) for r in rewrites)
+                        break
+            pending = following - done
+        return done
+
+    def denotes(self, source: _Source, node: ast.expr, target: str) -> bool:
+        return target in self.canonical(_raw_qualnames(source, node))
+
+
+def _walk(tree: ast.AST) -> Iterator[tuple[ast.AST, ast.AST | None, str]]:
+    """Yield ``(node, parent, qualified function name)`` for every node (iteratively: deep trees are fine)."""
+    stack: list[tuple[ast.AST, ast.AST | None, tuple[str, ...]]] = [(tree, None, ())]
+    while stack:
+        node, parent, scope = stack.pop()
+        yield node, parent, ".".join(scope) or MODULE_SCOPE
+        for name, value in ast.iter_fields(node):
+            inner = scope
+            if name == "body" and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                inner = (*scope, node.name)
+            children = value if isinstance(value, list) else [value]
+            stack.extend((child, node, inner) for child in reversed(children) if isinstance(child, ast.AST))
+
+
+def _value_kind(node: ast.expr, parent: ast.AST | None) -> str:
+    if isinstance(parent, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node in parent.decorator_list:
+        return "used as a decorator"
+    if isinstance(parent, ast.Assign | ast.AnnAssign | ast.AugAssign | ast.NamedExpr):
+        return "assigned"
+    if isinstance(parent, ast.Call | ast.keyword | ast.Starred):
+        return "passed as an argument"
+    if isinstance(parent, ast.Return | ast.Yield | ast.YieldFrom | ast.Lambda):
+        return "returned"
+    if isinstance(parent, ast.List | ast.Tuple | ast.Set | ast.Dict):
+        return "stored in a container"
+    if isinstance(parent, ast.Attribute):
+        return "read as an object (attribute access)"
+    if isinstance(parent, ast.arguments):
+        return "used as a default argument"
+    return "referenced as a value"
+
+
+def _is_builtin(source: _Source, resolver: _Resolver, func: ast.expr, name: str) -> bool:
+    if isinstance(func, ast.Name) and func.id == name and name not in source.bindings:
+        return True
+    return f"builtins.{name}" in resolver.canonical(_raw_qualnames(source, func))
+
+
+def _dynamic_finding(source: _Source, resolver: _Resolver, node: ast.Call | ast.Subscript) -> str | None:
+    """A message if ``node`` fetches the target from its module by name rather than by attribute.
+
+    Covers ``getattr(<module>, "bind_refs")``, ``getattr(<module>, <computed name>)``,
+    ``vars(<module>)["bind_refs"]`` and ``<module>.__dict__["bind_refs"]``.
+    """
+    if isinstance(node, ast.Call):
+        if len(node.args) < 2 or not _is_builtin(source, resolver, node.func, "getattr"):
+            return None
+        holder, name = node.args[0], node.args[1]
+        if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            if resolver.denotes(source, holder, TARGET_MODULE):
+                return f"{TARGET_MODULE} read with getattr and a computed name"
+            return None
+        paths = resolver.canonical({f"{q}.{name.value}" for q in _raw_qualnames(source, holder)})
+        return f'fetched with getattr(…, "{name.value}")' if TARGET in paths else None
+    key, namespace = node.slice, node.value
+    if not (isinstance(key, ast.Constant) and key.value == TARGET_FUNCTION):
+        return None
+    if isinstance(namespace, ast.Attribute) and namespace.attr == "__dict__":
+        owner = namespace.value
+    elif (
+        isinstance(namespace, ast.Call)
+        and len(namespace.args) == 1
+        and _is_builtin(source, resolver, namespace.func, "vars")
+    ):
+        owner = namespace.args[0]
+    else:
+        return None
+    if resolver.denotes(source, owner, TARGET_MODULE):
+        return f'fetched from the module namespace by the key "{TARGET_FUNCTION}"'
+    return None
+
+
+def _check(source: _Source, resolver: _Resolver, allow: Mapping[str, str], seen_sites: dict[str, int]) -> list[Finding]:
+    findings: list[Finding] = []
+
+    def report(node: ast.expr, rule: str, message: str) -> None:
+        findings.append(Finding(source.display, node.lineno, node.col_offset + 1, rule, message))
+
+    for node, parent, function in _walk(source.tree):
+        if isinstance(node, ast.Call | ast.Subscript):
+            message = _dynamic_finding(source, resolver, node)
+            if message is not None:
+                report(node, "value-use", f"{TARGET} {message} in {function}")
+        if not isinstance(node, ast.Name | ast.Attribute) or not isinstance(node.ctx, ast.Load):
+            continue
+        if not resolver.denotes(source, node, TARGET):
+            continue
+        site = f"{source.display}:{function}"
+        if isinstance(parent, ast.Call) and parent.func is node:
+            if site in allow:
+                seen_sites[site] = seen_sites.get(site, 0) + 1
+            else:
+                report(node, "unallowed-call", f"{TARGET} called from {site}, which is not on the allow-list")
+        else:
+            report(node, "value-use", f"{TARGET} {_value_kind(node, parent)} in {function}")
+    return findings
+
+
+def _allow_list_findings(allow: Mapping[str, str], seen_sites: Mapping[str, int]) -> list[Finding]:
+    findings: list[Finding] = []
+    for key, reason in allow.items():
+        path, colon, function = key.partition(":")
+        if not colon or not path.endswith(".py") or not function:
+            findings.append(
+                Finding(path, 0, 0, "bad-allow-key", f"allow-list key {key!r} is not '<path>.py:<function>'")
+            )
+            continue
+        if not isinstance(reason, str) or not reason.strip():
+            findings.append(Finding(path, 0, 0, "empty-reason", f"allow-list entry {key!r} has no reason"))
+        if key not in seen_sites:
+            findings.append(Finding(path, 0, 0, "stale-allow", f"allow-list entry {key!r} matches no call site"))
+    return findings
+
+
+def scan(root: Path, allow: Mapping[str, str] | None = None) -> ScanReport:
+    """Check every non-test ``.py`` file under ``root`` (default allow-list: :data:`ALLOWED_CALL_SITES`)."""
+    root = Path(root).resolve()
+    allow = ALLOWED_CALL_SITES if allow is None else allow
+    if not root.is_dir():
+        raise NotADirectoryError(f"not a directory: {root}")
+    base = _display_base(root)
+    findings: list[Finding] = []
+    sources: list[_Source] = []
+    paths = _python_files(root)
+    for path in paths:
+        display = path.relative_to(base).as_posix()
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except SyntaxError as exc:
+            line, col = exc.lineno or 0, exc.offset or 0
+            findings.append(Finding(display, line, col, "unparsable", f"does not parse: {exc.msg}"))
+            continue
+        except (ValueError, OSError, RecursionError, MemoryError) as exc:  # null bytes, unreadable, too deep
+            findings.append(Finding(display, 0, 0, "unparsable", f"cannot be parsed: {type(exc).__name__}: {exc}"))
+            continue
+        source = _Source(path, display, _module_name(path), path.name == "__init__.py", tree)
+        _collect_bindings(source)
+        sources.append(source)
+    resolver = _Resolver(sources)
+    seen_sites: dict[str, int] = {}
+    for source in sources:
+        findings.extend(_check(source, resolver, allow, seen_sites))
+    findings.extend(_allow_list_findings(allow, seen_sites))
+    if not paths:
+        findings.append(Finding(".", 0, 0, "empty-scan", f"no Python files found under {root}"))
+    return ScanReport(root, len(paths), tuple(sorted(findings)), tuple(sorted(seen_sites)))
+
+
+def _default_root() -> Path:
+    import refvault
+
+    return Path(refvault.__file__).resolve().parent
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m refvault.toolbox.scan",
+        description=f"Report call sites and value uses of {TARGET} outside the allow-list.",
+    )
+    parser.add_argument("root", nargs="?", type=Path, help="directory to scan (default: the refvault package)")
+    arguments = parser.parse_args(argv)
+    root: Path = arguments.root if arguments.root is not None else _default_root()
+    if not root.is_dir():
+        parser.error(f"not a directory: {root}")
+    report = scan(root)
+    for finding in report.findings:
+        print(finding)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

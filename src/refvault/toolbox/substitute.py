@@ -1,0 +1,74 @@
+"""The one place where Ref arguments are resolved into a dispatch frame.
+
+:func:`bind_refs` is the single production site of resolved values: it walks
+the validated arguments of one tool call, resolves every :class:`Ref` in the
+caller's scope, and admits it to that call's frame. ``refvault.toolbox.scan``
+checks the source tree so that no second call site exists and the function is
+never passed around as a value (``python -m refvault.toolbox.scan``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pydantic import BaseModel
+
+from refvault.errors import BadRef, Expired, InvalidId, NotFound
+from refvault.toolbox.ref import DispatchFrame, Ref
+
+__all__ = ["MAX_DEPTH", "bind_refs"]
+
+MAX_DEPTH = 32
+
+
+def bind_refs(arguments: BaseModel, frame: DispatchFrame) -> list[str]:
+    """Resolve every Ref in ``arguments`` into ``frame``; return their ids in order of first appearance.
+
+    Nested lists, tuples, sets, dicts and models are walked up to
+    :data:`MAX_DEPTH` levels; a cycle is refused. An id that is empty,
+    malformed, unknown, expired or another scope's raises :class:`BadRef`
+    naming that id and nothing else. Resolving the same id twice in one call
+    is a no-op.
+    """
+    found: list[str] = []
+    _walk(arguments, frame, found, depth=0, seen=set())
+    return found
+
+
+def _walk(value: Any, frame: DispatchFrame, found: list[str], *, depth: int, seen: set[int]) -> None:
+    if isinstance(value, Ref):
+        _resolve(value.artifact_id, frame, found)
+        return
+    if isinstance(value, str | bytes | int | float | bool) or value is None:
+        return
+    if depth >= MAX_DEPTH:
+        raise ValueError(f"arguments are nested deeper than {MAX_DEPTH} levels")
+    if id(value) in seen:
+        raise ValueError("arguments contain a cycle")
+    seen.add(id(value))
+    children: Any
+    if isinstance(value, BaseModel):
+        children = (getattr(value, name) for name in type(value).model_fields)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        children = (getattr(value, f.name) for f in dataclasses.fields(value))
+    elif isinstance(value, dict):
+        children = value.values()
+    elif isinstance(value, list | tuple | set | frozenset):
+        children = value
+    else:
+        children = ()
+    for child in children:
+        _walk(child, frame, found, depth=depth + 1, seen=seen)
+    seen.discard(id(value))
+
+
+def _resolve(artifact_id: str, frame: DispatchFrame, found: list[str]) -> None:
+    if frame.is_resolved(artifact_id):
+        return
+    try:
+        descriptor = frame.vault.describe(frame.scope, artifact_id)
+    except (InvalidId, NotFound, Expired):
+        raise BadRef(artifact_id) from None
+    frame.admit(artifact_id, descriptor)
+    found.append(artifact_id)
