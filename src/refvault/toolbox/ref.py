@@ -20,12 +20,12 @@ Invariants (tested in ``tests/test_toolbox.py`` and ``tests/test_ref_doors.py``)
 
 from __future__ import annotations
 
-import io
+import threading
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from refvault.errors import UnresolvedRef
+from refvault.errors import BadRef, Expired, NotFound, UnresolvedRef
 from refvault.ids import ARTIFACT_ID_PATTERN
 
 if TYPE_CHECKING:
@@ -35,8 +35,12 @@ if TYPE_CHECKING:
 
     from refvault.model import Descriptor, Scope
     from refvault.vault.vault import Vault
+    from refvault.vault.verified import ArtifactStream
 
 __all__ = ["REF_DESCRIPTION", "DispatchFrame", "Ref", "current_frame", "finish_ref_schemas"]
+
+T = TypeVar("T")
+FRAME_CACHE_BYTES = 16 << 20
 
 REF_DESCRIPTION = (
     "A refvault artifact id (art_…). Pass the id of an artifact you were given; "
@@ -45,9 +49,15 @@ REF_DESCRIPTION = (
 
 
 class DispatchFrame:
-    """The resolved values of one tool call: descriptors and (lazily read) verified bytes."""
+    """The resolved values of one tool call: descriptors, and verified bytes read on demand.
 
-    __slots__ = ("_bytes", "_closed", "_descriptors", "run_id", "scope", "vault")
+    Bytes are cached up to :data:`FRAME_CACHE_BYTES` per call (so reading a
+    Ref twice reads the vault once); streams opened with ``Ref.open`` are
+    tracked and closed with the frame. After :meth:`close`, nothing is
+    readable through the frame, including reads that were already in flight.
+    """
+
+    __slots__ = ("_bytes", "_cached", "_closed", "_descriptors", "_lock", "_streams", "run_id", "scope", "vault")
 
     def __init__(self, vault: Vault, scope: Scope, run_id: str | None) -> None:
         self.vault = vault
@@ -55,16 +65,25 @@ class DispatchFrame:
         self.run_id = run_id
         self._descriptors: dict[str, Descriptor] = {}
         self._bytes: dict[str, bytes] = {}
+        self._cached = 0
+        self._streams: list[ArtifactStream] = []
         self._closed = False
+        self._lock = threading.Lock()
 
     def admit(self, artifact_id: str, descriptor: Descriptor) -> None:
-        self._descriptors[artifact_id] = descriptor
+        """Make ``artifact_id`` readable in this call (only ``bind_refs`` does this)."""
+        if descriptor.artifact_id != artifact_id:
+            raise ValueError("a descriptor is admitted under its own id only")
+        with self._lock:
+            if not self._closed:
+                self._descriptors[artifact_id] = descriptor
 
     def is_resolved(self, artifact_id: str) -> bool:
         return artifact_id in self._descriptors
 
     def _require(self, artifact_id: str) -> Descriptor:
-        descriptor = None if self._closed else self._descriptors.get(artifact_id)
+        with self._lock:
+            descriptor = None if self._closed else self._descriptors.get(artifact_id)
         if descriptor is None:
             raise UnresolvedRef(f"{artifact_id} is not resolved here: read a Ref inside the tool call that received it")
         return descriptor
@@ -74,17 +93,48 @@ class DispatchFrame:
 
     def read(self, artifact_id: str) -> bytes:
         self._require(artifact_id)
-        data = self._bytes.get(artifact_id)
+        with self._lock:
+            data = self._bytes.get(artifact_id)
         if data is None:
-            data = self.vault.read_bytes(self.scope, artifact_id)
-            self._bytes[artifact_id] = data
+            data = self._vault_call(lambda: self.vault.read_bytes(self.scope, artifact_id), artifact_id)
+            with self._lock:
+                if self._closed:  # the call ended while we were reading: hand out nothing
+                    data = None
+                elif self._cached + len(data) <= FRAME_CACHE_BYTES:
+                    self._bytes[artifact_id] = data
+                    self._cached += len(data)
+            if data is None:
+                self._require(artifact_id)  # raises UnresolvedRef
+                raise AssertionError("unreachable")
         return data
 
+    def open(self, artifact_id: str) -> ArtifactStream:
+        self._require(artifact_id)
+        stream = self._vault_call(lambda: self.vault.stream(self.scope, artifact_id), artifact_id)
+        with self._lock:
+            if not self._closed:
+                self._streams.append(stream)
+                return stream
+        stream.close()
+        self._require(artifact_id)
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _vault_call(call: Callable[[], T], artifact_id: str) -> T:
+        try:
+            return call()
+        except (NotFound, Expired):  # deleted or expired mid-call: the same error as at dispatch
+            raise BadRef(artifact_id) from None
+
     def close(self) -> None:
-        """Discard every resolved value; any later read through this frame raises UnresolvedRef."""
-        self._closed = True
-        self._descriptors.clear()
-        self._bytes.clear()
+        """Discard every resolved value and close open streams; later reads raise UnresolvedRef."""
+        with self._lock:
+            self._closed = True
+            self._descriptors.clear()
+            self._bytes.clear()
+            streams, self._streams = self._streams, []
+        for stream in streams:
+            stream.close()
 
     def __repr__(self) -> str:
         return f"DispatchFrame(refs={sorted(self._descriptors)}, closed={self._closed})"
@@ -147,9 +197,9 @@ class Ref:
         """The artifact's bytes decoded as text."""
         return self.read().decode(encoding, errors)
 
-    def open(self) -> BinaryIO:
-        """A binary file object over the artifact's verified bytes."""
-        return io.BytesIO(self.read())
+    def open(self) -> ArtifactStream:
+        """A seekable binary stream over the artifact, verified chunk by chunk (closed with the call)."""
+        return self._frame().open(self._artifact_id)
 
     @property
     def descriptor(self) -> Descriptor:

@@ -10,6 +10,8 @@ never passed around as a value (``python -m refvault.toolbox.scan``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -32,35 +34,38 @@ def bind_refs(arguments: BaseModel, frame: DispatchFrame) -> list[str]:
     is a no-op.
     """
     found: list[str] = []
-    _walk(arguments, frame, found, depth=0, seen=set())
+    _walk(arguments, frame, found, depth=0, seen=set(), done=set())
     return found
 
 
-def _walk(value: Any, frame: DispatchFrame, found: list[str], *, depth: int, seen: set[int]) -> None:
+def _walk(value: Any, frame: DispatchFrame, found: list[str], *, depth: int, seen: set[int], done: set[int]) -> None:
     if isinstance(value, Ref):
         _resolve(value.artifact_id, frame, found)
         return
-    if isinstance(value, str | bytes | int | float | bool) or value is None:
+    if isinstance(value, str | bytes | bytearray | int | float | bool) or value is None:
+        return
+    if id(value) in done:  # shared substructure: walked once, not once per path to it
         return
     if depth >= MAX_DEPTH:
         raise ValueError(f"arguments are nested deeper than {MAX_DEPTH} levels")
     if id(value) in seen:
         raise ValueError("arguments contain a cycle")
     seen.add(id(value))
-    children: Any
+    children: Iterable[Any]
     if isinstance(value, BaseModel):
         children = (getattr(value, name) for name in type(value).model_fields)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         children = (getattr(value, f.name) for f in dataclasses.fields(value))
-    elif isinstance(value, dict):
-        children = value.values()
-    elif isinstance(value, list | tuple | set | frozenset):
+    elif isinstance(value, Mapping):
+        children = itertools.chain.from_iterable(value.items())  # keys can be Refs too
+    elif isinstance(value, Collection):
         children = value
     else:
         children = ()
     for child in children:
-        _walk(child, frame, found, depth=depth + 1, seen=seen)
+        _walk(child, frame, found, depth=depth + 1, seen=seen, done=done)
     seen.discard(id(value))
+    done.add(id(value))
 
 
 def _resolve(artifact_id: str, frame: DispatchFrame, found: list[str]) -> None:

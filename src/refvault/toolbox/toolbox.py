@@ -26,7 +26,7 @@ import logging
 import threading
 import time
 import typing
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -63,7 +63,7 @@ class Artifact:
     data: bytes
     media_type: str = "application/octet-stream"
     filename: str | None = None
-    disclosure: Literal["model", "sealed"] = "model"
+    disclosure: Literal["model", "sealed"] | None = None  # None: sealed if any Ref input was sealed
 
     def __repr__(self) -> str:
         return f"Artifact(<{len(self.data)} bytes>, media_type={self.media_type!r})"
@@ -113,7 +113,8 @@ class _Tool:
     arguments: type[BaseModel]
     context_parameter: str | None
     is_async: bool
-    takes_refs: bool
+    takes_refs: bool  # only decides whether resolution runs off the event loop
+    fields: tuple[str, ...]
 
 
 def _summary(descriptor: Descriptor) -> dict[str, Any]:
@@ -129,13 +130,16 @@ def _summary(descriptor: Descriptor) -> dict[str, Any]:
 class Toolbox:
     """Register tools with ``@box.tool``, describe them with :meth:`schemas`, run them with :meth:`call`."""
 
-    def __init__(self, vault: Vault, *, ref_pattern: bool = False, max_runs: int = 1000) -> None:
+    def __init__(
+        self, vault: Vault, *, ref_pattern: bool = False, max_runs: int = 1000, max_events_per_run: int = 10_000
+    ) -> None:
         self.vault = vault
         self.ref_pattern = ref_pattern
         self.max_runs = max_runs
+        self.max_events_per_run = max_events_per_run
         self._tools: dict[str, _Tool] = {}
         self._sinks: list[Callable[[ToolEvent], None]] = []
-        self._runs: OrderedDict[str | None, list[ToolEvent]] = OrderedDict()
+        self._runs: OrderedDict[str | None, deque[ToolEvent]] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- registration ----------------------------------------------------------------
@@ -162,25 +166,39 @@ class Toolbox:
         """
         return [self._schema(tool, flavor, strict) for tool in self._tools.values()]
 
-    def _schema(self, tool: _Tool, flavor: Flavor, strict: bool) -> dict[str, Any]:
+    def _parameters(self, tool: _Tool, *, strict: bool) -> dict[str, Any]:
         if strict:
             from openai.lib._pydantic import to_strict_json_schema
 
             parameters = to_strict_json_schema(tool.arguments)
         else:
             parameters = tool.arguments.model_json_schema()
-        parameters = finish_ref_schemas(_untitled(parameters), pattern=self.ref_pattern)
+        return dict(finish_ref_schemas(_untitled(parameters), pattern=self.ref_pattern))
+
+    def _schema(self, tool: _Tool, flavor: Flavor, strict: bool) -> dict[str, Any]:
+        requested = strict
+        parameters = self._parameters(tool, strict=False)
+        if strict:
+            strict_parameters = self._parameters(tool, strict=True)
+            # OpenAI strict mode needs additionalProperties false on every object, so a
+            # free-form mapping (dict[str, ...]) cannot be strict: that tool stays non-strict.
+            strict = _strict_expressible(strict_parameters)
+            if strict:
+                parameters = strict_parameters
         if flavor == "openai":
             function: dict[str, Any] = {"name": tool.name, "description": tool.description, "parameters": parameters}
-            if strict:
-                function["strict"] = True
+            if requested:
+                function["strict"] = strict
             return {"type": "function", "function": function}
         if flavor == "anthropic":
             return {"name": tool.name, "description": tool.description, "input_schema": parameters}
         if flavor == "mcp":
             return {"name": tool.name, "description": tool.description, "inputSchema": parameters}
         if flavor == "gemini":
-            return {"name": tool.name, "description": tool.description, "parameters": gemini_schema(parameters)}
+            declaration: dict[str, Any] = {"name": tool.name, "description": tool.description}
+            if parameters.get("properties"):  # Gemini refuses an object schema without properties
+                declaration["parameters"] = gemini_schema(parameters, tool=tool.name)
+            return declaration
         raise ValueError(f"unknown schema flavor {flavor!r}: use openai, anthropic, gemini or mcp")
 
     # -- events ----------------------------------------------------------------------
@@ -190,7 +208,11 @@ class Toolbox:
         self._sinks.append(sink)
 
     def trajectory(self, run_id: str | None) -> list[ToolEvent]:
-        """What happened in ``run_id``, in order, by id only (the last ``max_runs`` runs are kept)."""
+        """What happened in ``run_id``, in order, by id only.
+
+        Bounded: the ``max_runs`` most recently active runs are kept, each with
+        its last ``max_events_per_run`` events.
+        """
         with self._lock:
             return list(self._runs.get(run_id, ()))
 
@@ -209,9 +231,10 @@ class Toolbox:
         with self._lock:
             events = self._runs.get(event.run_id)
             if events is None:
-                events = self._runs[event.run_id] = []
+                events = self._runs[event.run_id] = deque(maxlen=self.max_events_per_run)
                 while len(self._runs) > self.max_runs:
                     self._runs.popitem(last=False)
+            self._runs.move_to_end(event.run_id)
             events.append(event)
         for sink in self._sinks:
             sink(event)
@@ -227,10 +250,13 @@ class Toolbox:
         run_id: str | None = None,
         tool_call_id: str | None = None,
     ) -> Observation:
-        """Run one tool call; always returns an observation (errors included), never raises for the tool.
+        """Run one tool call and return its observation; a tool's own failure is an error observation.
 
         Sync tools, and the vault work around a call (resolving Refs, capturing
         returned bytes), run in a worker thread so the event loop never blocks.
+        A tool that raises something other than an ``Exception`` (cancellation,
+        ``KeyboardInterrupt``) has it re-raised as a fresh, empty exception of
+        the same type: nothing the tool put in it leaves the dispatcher.
         """
         tool = self._tools.get(name)
         if tool is not None and tool.takes_refs:
@@ -239,26 +265,22 @@ class Toolbox:
             prepared = self._prepare(name, arguments, scope, run_id, tool_call_id)
         if isinstance(prepared, Observation):
             return prepared
-        tool, frame, kwargs, refs = prepared
-        failure: str | None = None
-        leave = enter_frame(frame)
+        self._started(prepared)
+        leave = enter_frame(prepared.frame)
         try:
-            if tool.is_async:
-                result = await tool.function(**kwargs)
+            if prepared.tool.is_async:
+                outcome = await _invoke_async(prepared.tool.function, prepared.kwargs)
             else:
-                result = await asyncio.to_thread(tool.function, **kwargs)
-        except asyncio.CancelledError:
-            self._record(ToolEvent("tool_failed", tool.name, run_id, tool_call_id, refs=refs, error_type="Cancelled"))
-            raise
-        except Exception as exc:
-            failure = type(exc).__name__  # only the name: the exception may carry resolved content
+                outcome = await asyncio.to_thread(_invoke_sync, prepared.tool.function, prepared.kwargs)
+            if outcome.awaitable is not None:  # a sync wrapper handed back a coroutine: run it in the frame
+                outcome = await _invoke_async(lambda: outcome.awaitable, {})
+        except asyncio.CancelledError:  # the caller cancelled while a sync tool ran in its thread
+            outcome = _Outcome(failure="CancelledError", fatal=asyncio.CancelledError())
         finally:
             leave()
-        if failure is not None:
-            return self._failed(tool.name, run_id, tool_call_id, refs, failure)
-        if isinstance(result, bytes | bytearray | memoryview | Artifact):
-            return await asyncio.to_thread(self._finished, tool.name, scope, run_id, tool_call_id, refs, result)
-        return self._finished(tool.name, scope, run_id, tool_call_id, refs, result)
+        if _needs_vault(outcome.value):
+            return await asyncio.to_thread(self._conclude, prepared, outcome)
+        return self._conclude(prepared, outcome)
 
     def call_sync(
         self,
@@ -274,18 +296,18 @@ class Toolbox:
         prepared = self._prepare(name, arguments, scope, run_id, tool_call_id)
         if isinstance(prepared, Observation):
             return prepared
-        tool, frame, kwargs, refs = prepared
-        failure: str | None = None
-        leave = enter_frame(frame)
+        self._started(prepared)
+        leave = enter_frame(prepared.frame)
         try:
-            result = asyncio.run(tool.function(**kwargs)) if tool.is_async else tool.function(**kwargs)
-        except Exception as exc:
-            failure = type(exc).__name__  # only the name: the exception may carry resolved content
+            if prepared.tool.is_async:
+                outcome = asyncio.run(_invoke_async(prepared.tool.function, prepared.kwargs))
+            else:
+                outcome = _invoke_sync(prepared.tool.function, prepared.kwargs)
+            if outcome.awaitable is not None:
+                outcome = asyncio.run(_invoke_async(lambda: outcome.awaitable, {}))
         finally:
             leave()
-        if failure is not None:
-            return self._failed(tool.name, run_id, tool_call_id, refs, failure)
-        return self._finished(tool.name, scope, run_id, tool_call_id, refs, result)
+        return self._conclude(prepared, outcome)
 
     def _prepare(
         self,
@@ -294,10 +316,11 @@ class Toolbox:
         scope: Scope,
         run_id: str | None,
         tool_call_id: str | None,
-    ) -> Observation | tuple[_Tool, DispatchFrame, dict[str, Any], tuple[str, ...]]:
+    ) -> Observation | _Prepared:
         tool = self._tools.get(name)
         if tool is None:
-            return self._refused(name, run_id, tool_call_id, f"unknown tool {name!r}", "UnknownTool")
+            shown = name if len(name) <= 64 else name[:64] + "…"
+            return self._refused(shown, run_id, tool_call_id, f"unknown tool {shown!r}", "UnknownTool")
         try:
             if isinstance(arguments, str):
                 validated = tool.arguments.model_validate_json(arguments or "{}")
@@ -306,62 +329,159 @@ class Toolbox:
         except (ValidationError, TypeError, ValueError) as exc:
             return self._refused(name, run_id, tool_call_id, _validation_message(exc), "BadArguments")
         frame = DispatchFrame(self.vault, scope, run_id)
-        refs: list[str] = []
-        if tool.takes_refs:
-            try:
-                refs = bind_refs(validated, frame)
-            except BadRef as exc:
-                return self._refused(name, run_id, tool_call_id, str(exc), "BadRef")
-            except ValueError as exc:
-                return self._refused(name, run_id, tool_call_id, str(exc), "BadArguments")
-        kwargs = {field_name: getattr(validated, field_name) for field_name in type(validated).model_fields}
+        try:
+            refs = bind_refs(validated, frame)
+        except BadRef as exc:
+            return self._refused(name, run_id, tool_call_id, str(exc), "BadRef")
+        except ValueError as exc:
+            return self._refused(name, run_id, tool_call_id, str(exc), "BadArguments")
+        kwargs = {field_name: getattr(validated, field_name) for field_name in tool.fields}
         if tool.context_parameter is not None:
             kwargs[tool.context_parameter] = ToolContext(scope, run_id, tool_call_id, self.vault)
-        self._record(ToolEvent("tool_started", name, run_id, tool_call_id, refs=tuple(refs)))
-        return tool, frame, kwargs, tuple(refs)
+        sealed = any(frame.descriptor(ref).disclosure == "sealed" for ref in refs)
+        return _Prepared(tool, frame, kwargs, tuple(refs), scope, run_id, tool_call_id, sealed)
+
+    def _started(self, prepared: _Prepared) -> None:
+        self._record(
+            ToolEvent("tool_started", prepared.tool.name, prepared.run_id, prepared.tool_call_id, refs=prepared.refs)
+        )
 
     def _refused(self, name: str, run_id: str | None, call: str | None, message: str, kind: str) -> Observation:
         self._record(ToolEvent("tool_failed", name, run_id, call, error_type=kind))
         return Observation(call, f"error: {message}", is_error=True)
 
-    def _failed(self, name: str, run_id: str | None, call: str | None, refs: tuple[str, ...], kind: str) -> Observation:
-        self._record(ToolEvent("tool_failed", name, run_id, call, refs=refs, error_type=kind))
-        return Observation(call, f"error: the tool raised {kind}", is_error=True)
+    def _conclude(self, prepared: _Prepared, outcome: _Outcome) -> Observation:
+        """Turn what the tool did into an event and an observation; re-raise a fatal exception last."""
+        if outcome.failure is None:
+            try:
+                content, captured = self._render(outcome.value, prepared)
+            except Exception as exc:
+                outcome = _Outcome(failure=type(exc).__name__)
+            else:
+                ids = tuple(d.artifact_id for d in captured)
+                self._record(
+                    ToolEvent(
+                        "tool_finished",
+                        prepared.tool.name,
+                        prepared.run_id,
+                        prepared.tool_call_id,
+                        refs=prepared.refs,
+                        artifacts=ids,
+                    )
+                )
+                return Observation(prepared.tool_call_id, content, artifacts=tuple(_summary(d) for d in captured))
+        self._record(
+            ToolEvent(
+                "tool_failed",
+                prepared.tool.name,
+                prepared.run_id,
+                prepared.tool_call_id,
+                refs=prepared.refs,
+                error_type=outcome.failure,
+            )
+        )
+        if outcome.fatal is not None:
+            raise outcome.fatal
+        message = outcome.message or f"the tool raised {outcome.failure}"
+        return Observation(prepared.tool_call_id, f"error: {message}", is_error=True)
 
-    def _finished(
-        self, name: str, scope: Scope, run_id: str | None, call: str | None, refs: tuple[str, ...], result: Any
-    ) -> Observation:
-        failure: str | None = None
-        try:
-            content, captured = self._render(result, scope, run_id, call)
-        except Exception as exc:
-            failure = type(exc).__name__
-        if failure is not None:
-            return self._failed(name, run_id, call, refs, failure)
-        ids = tuple(d.artifact_id for d in captured)
-        self._record(ToolEvent("tool_finished", name, run_id, call, refs=refs, artifacts=ids))
-        return Observation(call, content, artifacts=tuple(_summary(d) for d in captured))
-
-    def _render(self, result: Any, scope: Scope, run_id: str | None, call: str | None) -> tuple[str, list[Descriptor]]:
+    def _render(self, result: Any, prepared: _Prepared) -> tuple[str, list[Descriptor]]:
         if isinstance(result, bytes | bytearray | memoryview):
             result = Artifact(bytes(result))
         if isinstance(result, Artifact):
+            # Output derived from a sealed input stays sealed unless the tool says otherwise.
+            disclosure = result.disclosure or ("sealed" if prepared.sealed_inputs else "model")
             descriptor = self.vault.put(
-                scope,
+                prepared.scope,
                 result.data,
                 media_type=result.media_type,
                 filename=result.filename,
-                disclosure=result.disclosure,
-                tool_call_id=call,
-                run_id=run_id,
+                disclosure=disclosure,
+                tool_call_id=prepared.tool_call_id,
+                run_id=prepared.run_id,
                 completeness={"status": "complete", "omissions": []},
             )
             return json.dumps({"artifact": _summary(descriptor)}), [descriptor]
         if isinstance(result, str):
             return result, []
+        if inspect.isgenerator(result) or inspect.isasyncgen(result):
+            raise TypeError("a tool must return a value, not a generator")
         if isinstance(result, BaseModel):
-            return result.model_dump_json(), []
-        return json.dumps(result, default=str), []
+            result = result.model_dump()
+        return _ENCODER.encode(result), []
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    tool: _Tool
+    frame: DispatchFrame
+    kwargs: dict[str, Any]
+    refs: tuple[str, ...]
+    scope: Scope
+    run_id: str | None
+    tool_call_id: str | None
+    sealed_inputs: bool
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """What running a tool produced: a value, or the name of what it raised (never the exception)."""
+
+    value: Any = None
+    failure: str | None = None
+    message: str | None = None  # shown to the model; only for errors whose text is known safe
+    fatal: BaseException | None = None  # a fresh, empty exception to re-raise (not an Exception)
+    awaitable: Any = None
+
+
+def _fresh(exc: BaseException) -> BaseException:
+    """An empty exception of the same kind, carrying nothing from the original."""
+    if isinstance(exc, asyncio.CancelledError):
+        return asyncio.CancelledError()
+    try:
+        return type(exc)()
+    except Exception:
+        return KeyboardInterrupt() if isinstance(exc, KeyboardInterrupt) else SystemExit(1)
+
+
+def _caught(exc: BaseException) -> _Outcome:
+    if isinstance(exc, BadRef):  # a Ref that stopped resolving mid-call: the message names only the id
+        return _Outcome(failure="BadRef", message=str(exc))
+    if isinstance(exc, Exception):
+        return _Outcome(failure=type(exc).__name__)
+    return _Outcome(failure=type(exc).__name__, fatal=_fresh(exc))
+
+
+def _invoke_sync(function: Callable[..., Any], kwargs: dict[str, Any]) -> _Outcome:
+    """Run a sync tool; whatever it raises becomes an :class:`_Outcome` (nothing crosses a thread or future)."""
+    try:
+        value = function(**kwargs)
+    except BaseException as exc:
+        return _caught(exc)
+    if inspect.isawaitable(value):
+        return _Outcome(awaitable=value)
+    return _Outcome(value=value)
+
+
+async def _invoke_async(function: Callable[..., Any], kwargs: dict[str, Any]) -> _Outcome:
+    try:
+        value = await function(**kwargs)
+    except BaseException as exc:
+        return _caught(exc)
+    return _Outcome(value=value)
+
+
+def _needs_vault(value: Any) -> bool:
+    return isinstance(value, bytes | bytearray | memoryview | Artifact)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError("bytes inside a result: return them on their own, or as refvault.Artifact")
+    return str(value)
+
+
+_ENCODER = json.JSONEncoder(default=_json_default, separators=(",", ":"), ensure_ascii=False)
 
 
 def _mentions_ref(annotation: Any, seen: set[int] | None = None) -> bool:
@@ -379,16 +499,29 @@ def _mentions_ref(annotation: Any, seen: set[int] | None = None) -> bool:
     return any(_mentions_ref(arg, seen) for arg in typing.get_args(annotation))
 
 
+# Pydantic error types whose message is a fixed template that never contains the input.
+_TEMPLATED_ERRORS = frozenset(
+    {"missing", "extra_forbidden", "string_type", "int_type", "int_parsing", "float_type", "float_parsing",
+     "bool_type", "bool_parsing", "list_type", "tuple_type", "set_type", "dict_type", "model_type",
+     "model_attributes_type", "too_short", "too_long", "greater_than", "greater_than_equal", "less_than",
+     "less_than_equal", "literal_error", "enum", "string_too_short", "string_too_long", "none_required",
+     "int_from_float", "is_instance_of", "json_type", "dataclass_type", "multiple_of"}
+)  # fmt: skip
+
+
 def _validation_message(exc: Exception) -> str:
+    """Where each argument is wrong and how, never what the model sent."""
     if not isinstance(exc, ValidationError):
         return "the arguments are not a JSON object"
-    if any(error["type"] in ("json_invalid", "model_type") for error in exc.errors()):
+    errors = exc.errors(include_input=False, include_url=False, include_context=False)
+    if any(error["type"] in ("json_invalid", "model_type") and not error["loc"] for error in errors):
         return "the arguments are not a JSON object"
-    problems = [
-        f"{'.'.join(str(part) for part in error['loc']) or '(arguments)'}: {error['msg']}"
-        for error in exc.errors(include_input=False, include_url=False)
-    ]
-    return "invalid arguments: " + "; ".join(problems[:10])
+    problems = []
+    for error in errors[:10]:
+        where = ".".join(str(part)[:64] for part in error["loc"]) or "(arguments)"
+        what = error["msg"] if error["type"] in _TEMPLATED_ERRORS else f"invalid value ({error['type']})"
+        problems.append(f"{where}: {what}")
+    return "invalid arguments: " + "; ".join(problems)
 
 
 def _build_tool(fn: Callable[..., Any], *, name: str | None, description: str | None) -> _Tool:
@@ -414,11 +547,27 @@ def _build_tool(fn: Callable[..., Any], *, name: str | None, description: str | 
         context_parameter=context_parameter,
         is_async=inspect.iscoroutinefunction(fn),
         takes_refs=any(_mentions_ref(annotation) for annotation, _ in fields.values()),
+        fields=tuple(fields),
     )
 
 
-def gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """Rewrite a JSON schema into the OpenAPI subset Gemini accepts: refs inlined, no titles or extras."""
+def _strict_expressible(node: Any) -> bool:
+    """Whether OpenAI strict mode can take this schema: every object closed (additionalProperties false)."""
+    if isinstance(node, list):
+        return all(_strict_expressible(item) for item in node)
+    if not isinstance(node, dict):
+        return True
+    if node.get("type") == "object" and node.get("additionalProperties") is not False:
+        return False
+    return all(_strict_expressible(value) for value in node.values())
+
+
+def gemini_schema(schema: dict[str, Any], *, tool: str = "") -> dict[str, Any]:
+    """Rewrite a JSON schema into the OpenAPI subset Gemini accepts: refs inlined, no titles or extras.
+
+    Tuples become arrays of their (single) item type, non-string enums are
+    described in words, and a parameter of no type at all (``Any``) is refused.
+    """
     definitions = schema.get("$defs", {})
     expanding: list[str] = []
 
@@ -440,6 +589,17 @@ def gemini_schema(schema: dict[str, Any]) -> dict[str, Any]:
         if isinstance(values, dict) and values.get("description") and "description" not in node:
             # Gemini has no additionalProperties: say in words what the values are.
             node = {**node, "description": "An object whose values are each: " + values["description"]}
+        prefix = node.get("prefixItems")
+        if prefix and "items" not in node:
+            kinds = {json.dumps(item, sort_keys=True) for item in prefix}
+            node = {**node, "items": prefix[0] if len(kinds) == 1 else {"anyOf": prefix}}
+        enum = node.get("enum")
+        if enum is not None and not all(isinstance(value, str) for value in enum):
+            described = "One of: " + ", ".join(json.dumps(value) for value in enum)
+            node = {k: v for k, v in node.items() if k != "enum"}
+            node["description"] = f"{node['description']} ({described})" if node.get("description") else described
+        if not node or ("type" not in node and not {"anyOf", "$ref", "properties"} & set(node)):
+            raise ValueError(f"tool {tool!r}: Gemini needs a type for every parameter (Any has none)")
         options = node.get("anyOf")
         if options is not None and {"type": "null"} in options:
             rest = [option for option in options if option != {"type": "null"}]
