@@ -34,16 +34,17 @@ import hashlib
 import os
 import platform
 import secrets
-import shutil
 import statistics
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness import Measure, blob_path, interleave, load_average, work_dir
 
 from refvault import __version__
 from refvault.model import Scope
@@ -52,12 +53,7 @@ from refvault.vault.vault import Vault
 
 KiB = 1 << 10
 MiB = 1 << 20
-REPO = Path(__file__).resolve().parent.parent
-WORK_ROOT = REPO / "bench" / ".work"
 SCOPE = Scope("bench", "user", "session")
-
-# A throughput measurement: units per second.
-Measure = Callable[[int], float]
 
 
 # -- the raw baselines ---------------------------------------------------------------------------------------------
@@ -108,14 +104,6 @@ def read_verified(path: Path, digest: str) -> bytes:
     return data
 
 
-def blob_path(store: Path, vault: Vault, artifact_id: str) -> Path:
-    """Where the filesystem blob store keeps an artifact's bytes."""
-    from refvault.ids import namespace_of
-
-    digest = vault.describe(SCOPE, artifact_id).content_hash.removeprefix("sha256:")
-    return store / "blobs" / namespace_of(SCOPE.tenant) / digest[:2] / digest
-
-
 def payloads(count: int, size: int) -> list[bytes]:
     return [os.urandom(size) for _ in range(count)]
 
@@ -155,17 +143,6 @@ def run_threads(workers: int, batches: Sequence[Sequence[bytes]], work: Callable
 
 
 # -- measurement and reporting -------------------------------------------------------------------------------------
-
-
-def interleave(reps: int, contenders: Sequence[Measure]) -> list[list[float]]:
-    """Call each contender once per repetition, rotating the order; return each contender's samples."""
-    samples: list[list[float]] = [[] for _ in contenders]
-    order = list(range(len(contenders)))
-    for rep in range(reps):
-        shift = rep % len(order)
-        for index in order[shift:] + order[:shift]:
-            samples[index].append(contenders[index](rep))
-    return samples
 
 
 @dataclass
@@ -239,13 +216,6 @@ def filesystem_of(path: Path) -> str:
     return f"{best[0]} ({best[1]}) mounted on {best[2] or '?'}"
 
 
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
-
-
 def adk_version() -> str | None:
     try:
         from importlib.metadata import version
@@ -312,7 +282,7 @@ def bench_big_read(cfg: Config, work: Path) -> Row:
     with Vault.open(store) as vault:
         data = os.urandom(cfg.big)
         artifact = vault.put(SCOPE, data)
-        path = blob_path(store, vault, artifact.artifact_id)
+        path = blob_path(store, vault, SCOPE, artifact.artifact_id)
         digest = hashlib.sha256(data).hexdigest()
         assert path.stat().st_size == len(data)
         del data
@@ -476,18 +446,6 @@ def bench_small(cfg: Config, work: Path) -> list[Row]:
 # -- main ----------------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def work_dir(keep: bool) -> Iterator[Path]:
-    WORK_ROOT.mkdir(parents=True, exist_ok=True)
-    path = WORK_ROOT / f"run-{os.getpid()}-{secrets.token_hex(4)}"
-    path.mkdir()
-    try:
-        yield path
-    finally:
-        if not keep:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and smaller payloads")
@@ -506,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reps is not None:
         cfg.reps = max(1, args.reps)
 
-    with work_dir(args.keep) as work:
+    with work_dir("run", args.keep) as work:
         command = "make bench" if not args.quick else ".venv/bin/python bench/capture.py --quick"
         print(f"refvault capture benchmark: `{command}` (runs .venv/bin/python bench/capture.py)")
         print(

@@ -38,21 +38,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import cProfile
 import hashlib
 import json
 import os
 import platform
 import pstats
-import secrets
-import shutil
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness import Measure, blob_path, interleave, load_average, work_dir
 
 from refvault import __version__
 from refvault.model import Scope
@@ -60,15 +59,10 @@ from refvault.toolbox import Observation, Ref, Toolbox
 from refvault.vault.vault import Vault
 
 MiB = 1 << 20
-REPO = Path(__file__).resolve().parent.parent
-WORK_ROOT = REPO / "bench" / ".work"
 SCOPE = Scope("bench", "user", "session")
 TARGET_ADDED_US = 50.0
 ARGS_JSON = '{"a": 1, "b": 2}'
 ARGS_DICT = {"a": 1, "b": 2}
-
-# One sample: microseconds per call, given the repetition number.
-Measure = Callable[[int], float]
 
 
 # -- the tools and their bodies --------------------------------------------------------------------------------------
@@ -119,22 +113,6 @@ def checked(obs: Observation, expected: str) -> None:
 
 def per_call(calls: int, began: float) -> float:
     return (time.perf_counter() - began) / calls * 1e6
-
-
-def interleave(reps: int, contenders: Sequence[Measure]) -> list[list[float]]:
-    """Call each contender once per repetition, rotating the order; return each contender's samples.
-
-    Repetition -1 is a warm-up whose samples are discarded.
-    """
-    samples: list[list[float]] = [[] for _ in contenders]
-    order = list(range(len(contenders)))
-    for rep in range(-1, reps):
-        shift = rep % len(order)
-        for index in order[shift:] + order[:shift]:
-            value = contenders[index](rep)
-            if rep >= 0:
-                samples[index].append(value)
-    return samples
 
 
 @dataclass
@@ -199,13 +177,6 @@ def print_table(rows: Sequence[Row]) -> None:
     print("  ".join("-" * w for w in widths))
     for cells in body:
         print(line(cells))
-
-
-def load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 # -- the benchmarks --------------------------------------------------------------------------------------------------
@@ -327,7 +298,7 @@ class Bench:
             self.async_dispatch("add", ARGS_JSON, c.thread_calls),  # 8
             self.async_dispatch("add", ARGS_DICT, c.thread_calls),  # 9
         ]
-        s = interleave(c.reps, contenders)
+        s = interleave(c.reps, contenders, warmup=True)
         t = TARGET_ADDED_US
         return [
             Row("1", "no refs, call_sync, JSON args", "call_sync", s[1], "add()", s[0], t),
@@ -347,7 +318,7 @@ class Bench:
         calls = self.cfg.ref_calls
         data = os.urandom(MiB)
         artifact_id = self.vault.put(SCOPE, data, media_type="application/octet-stream").artifact_id
-        path = blob_path(store, self.vault, artifact_id)
+        path = blob_path(store, self.vault, SCOPE, artifact_id)
         content_hash = hashlib.sha256(data).hexdigest()
         assert path.stat().st_size == MiB, "the 1 MiB artifact is not stored as a blob file"
         arguments = json.dumps({"doc": artifact_id})
@@ -411,7 +382,7 @@ class Bench:
             dispatch("digest", content_hash),  # 5
             in_memory(digest_body, content_hash),  # 6
         ]
-        s = interleave(self.cfg.reps, contenders)
+        s = interleave(self.cfg.reps, contenders, warmup=True)
         rows = [
             Row("3", "1 MiB Ref tool, len(doc.read())", "call_sync", s[0], "len(bytes)", s[1]),
             Row("3a", "1 MiB verified read alone", "read_bytes", s[2], "raw read+sha256", s[4]),
@@ -419,14 +390,6 @@ class Bench:
         ]
         parts = {"dispatch": s[0], "body": s[1], "read": s[2], "describe": s[3], "raw": s[4]}
         return rows, parts
-
-
-def blob_path(store: Path, vault: Vault, artifact_id: str) -> Path:
-    """Where the filesystem blob store keeps an artifact's bytes."""
-    from refvault.ids import namespace_of
-
-    digest = vault.describe(SCOPE, artifact_id).content_hash.removeprefix("sha256:")
-    return store / "blobs" / namespace_of(SCOPE.tenant) / digest[:2] / digest
 
 
 def print_ref_breakdown(parts: dict[str, list[float]], no_ref_overhead: float) -> None:
@@ -519,18 +482,6 @@ def profile_all(bench: Bench, ref_arguments: str) -> None:
 # -- main ------------------------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def work_dir(keep: bool) -> Iterator[Path]:
-    WORK_ROOT.mkdir(parents=True, exist_ok=True)
-    path = WORK_ROOT / f"dispatch-{os.getpid()}-{secrets.token_hex(4)}"
-    path.mkdir()
-    try:
-        yield path
-    finally:
-        if not keep:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and calls per sample")
@@ -550,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reps is not None:
         cfg.reps = max(1, args.reps)
 
-    with work_dir(args.keep) as work:
+    with work_dir("dispatch", args.keep) as work:
         command = ".venv/bin/python bench/dispatch.py" + (" --quick" if args.quick else "")
         print(f"refvault dispatch benchmark: `{command}`")
         print(
