@@ -4,7 +4,7 @@ SQLite runs in WAL mode with ``synchronous=FULL`` (a commit is durable when it
 returns) and a 30 s busy timeout, so several processes can share one store.
 Write transactions start with ``BEGIN IMMEDIATE``: they take the database's
 write lock up front, which is the lock ``publish`` and ``collect`` rely on.
-Reads use deferred transactions and never block on writers; the one write
+Reads are single statements (each sees one snapshot) and never block on writers; the one write
 a reader may attempt (recording derived chunk digests) gives up after 250 ms.
 Database failures surface as :class:`~refvault.errors.StorageError`.
 """
@@ -386,5 +386,7 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def _sqlite_begin(conn: sa.Connection) -> None:
-    mode = "IMMEDIATE" if conn.get_execution_options().get("refvault_write") else "DEFERRED"
-    conn.exec_driver_sql(f"BEGIN {mode}")
+    # Writes take the write lock up front. Reads are single statements, each of which
+    # SQLite runs against one consistent snapshot, so they need no BEGIN of their own.
+    if conn.get_execution_options().get("refvault_write"):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
