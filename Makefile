@@ -35,6 +35,7 @@ test: check
 bench: $(STAMP)
 	$(BIN)/python bench/capture.py
 	$(BIN)/python bench/dispatch.py
+	$(BIN)/python bench/reads.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench

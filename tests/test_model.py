@@ -47,8 +47,10 @@ def test_media_types_are_canonicalised(given: str, canonical: str) -> None:
 
 
 def test_selectors_list_only_reads_that_exist() -> None:
-    for media_type in ("image/png", "text/plain; charset=utf-8", "application/x-ndjson"):
-        assert selectors_for(media_type) == ["byte_range"]
+    assert selectors_for("image/png") == ["byte_range"]
+    assert selectors_for("text/plain; charset=utf-8") == ["byte_range", "lines", "grep"]
+    assert selectors_for("application/x-ndjson") == ["byte_range", "lines", "grep", "records"]
+    assert selectors_for("application/vnd.apache.parquet") == ["byte_range", "records"]
 
 
 def test_the_error_tree_is_drawn_in_the_module_docstring_and_matches_the_classes() -> None:

@@ -38,6 +38,11 @@ _EXPORTS = {
     "ToolEvent": "refvault.toolbox.toolbox",
     "Toolbox": "refvault.toolbox.toolbox",
     "BadRef": "refvault.errors",
+    "InvalidQuery": "refvault.errors",
+    "InvalidCursor": "refvault.errors",
+    "UnsupportedRead": "refvault.errors",
+    "SealedArtifact": "refvault.errors",
+    "read": "refvault.read",
     "UnresolvedRef": "refvault.errors",
     "RefvaultError": "refvault.errors",
     "InvalidArgument": "refvault.errors",
@@ -63,8 +68,10 @@ __all__ = [
     "IdempotencyConflict",
     "IntegrityError",
     "InvalidArgument",
+    "InvalidCursor",
     "InvalidId",
     "InvalidMetadata",
+    "InvalidQuery",
     "InvalidScope",
     "NotFound",
     "Observation",
@@ -72,31 +79,38 @@ __all__ = [
     "Ref",
     "RefvaultError",
     "Scope",
+    "SealedArtifact",
     "StorageError",
     "ToolContext",
     "ToolEvent",
     "Toolbox",
     "UnresolvedRef",
+    "UnsupportedRead",
     "Vault",
     "VerifyReport",
     "errors",
+    "read",
 ]
 
 if TYPE_CHECKING:
-    from refvault import errors
+    from refvault import errors, read
     from refvault.errors import (
         BadRef,
         Expired,
         IdempotencyConflict,
         IntegrityError,
         InvalidArgument,
+        InvalidCursor,
         InvalidId,
         InvalidMetadata,
+        InvalidQuery,
         InvalidScope,
         NotFound,
         RefvaultError,
+        SealedArtifact,
         StorageError,
         UnresolvedRef,
+        UnsupportedRead,
     )
     from refvault.model import Descriptor, Principal, Scope
     from refvault.toolbox.ref import Ref
@@ -111,7 +125,7 @@ def __getattr__(name: str) -> Any:
     if module_name is None:
         raise AttributeError(f"module 'refvault' has no attribute {name!r}")
     module = import_module(module_name)
-    value = module if name == "errors" else getattr(module, name)
+    value = module if name in ("errors", "read") else getattr(module, name)
     globals()[name] = value
     return value
 

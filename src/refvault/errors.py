@@ -11,11 +11,15 @@ about an artifact that does not exist.
     ├── InvalidArgument (ValueError)     bad input; nothing was written
     │   ├── InvalidScope                 tenant/user/session malformed
     │   ├── InvalidId                    not a well-formed artifact id
-    │   └── InvalidMetadata              media type, disclosure, expiry, JSON fields, filename
-    │   └── BadRef                       a Ref argument names no artifact readable in this scope
+    │   ├── InvalidMetadata              media type, disclosure, expiry, JSON fields, filename
+    │   ├── BadRef                       a Ref argument names no artifact readable in this scope
+    │   ├── InvalidQuery                 a record query names an unknown field or op, or a wrong value type
+    │   ├── InvalidCursor                a cursor is forged, altered, expired, or reused for another query
+    │   └── UnsupportedRead              this read does not apply to this artifact (e.g. a window of a PNG)
     ├── NotFound (LookupError)           absent, deleted, or not yours (indistinguishable)
     ├── Expired                          past expires_at (only the owner ever sees this)
     ├── IdempotencyConflict              key reused in the same scope for different bytes
+    ├── SealedArtifact                   a model-facing read of a sealed artifact (usable by reference only)
     ├── IntegrityError                   stored bytes disagree with the manifest; no bad byte returned
     ├── StorageError (OSError)           the backend failed (I/O, fsync, unsafe store layout)
     └── UnresolvedRef                    a Ref was read outside the tool call that received it
@@ -31,6 +35,10 @@ __all__ = [
     "InvalidId",
     "InvalidMetadata",
     "InvalidScope",
+    "InvalidQuery",
+    "InvalidCursor",
+    "UnsupportedRead",
+    "SealedArtifact",
     "NotFound",
     "RefvaultError",
     "StorageError",
@@ -72,6 +80,24 @@ class BadRef(InvalidArgument):
         super().__init__(f"no artifact {shown!r} can be read here; pass an artifact id from this session")
 
 
+class InvalidQuery(InvalidArgument):
+    """A record query is malformed: unknown field or op, a value of the wrong type, a bad order or range."""
+
+
+class InvalidCursor(InvalidArgument):
+    """A cursor was refused. ``reason`` is one of ``malformed``, ``signature``, ``unknown_key``,
+    ``key_retired``, ``expired``, ``artifact``, ``query``, ``caller``; a cursor never authorises anything.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(f"invalid cursor ({reason}): {message}")
+
+
+class UnsupportedRead(InvalidArgument):
+    """The read does not apply to this artifact (a text window of an image, a record query of plain text)."""
+
+
 class NotFound(RefvaultError, LookupError):
     """No artifact with this id is visible in this scope.
 
@@ -98,6 +124,17 @@ class Expired(RefvaultError):
 
 class IdempotencyConflict(RefvaultError):
     """An idempotency key was reused in the same scope for different content."""
+
+
+class SealedArtifact(RefvaultError):
+    """A model-facing read was asked for a ``sealed`` artifact: it is usable by reference only."""
+
+    def __init__(self, artifact_id: str) -> None:
+        self.artifact_id = artifact_id
+        super().__init__(
+            f"artifact {artifact_id} is sealed: its content is never shown to the model; "
+            "pass its id to a tool that takes a Ref parameter instead"
+        )
 
 
 class IntegrityError(RefvaultError):

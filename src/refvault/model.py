@@ -240,13 +240,58 @@ def canonical_media_type(value: object) -> str:
     return "; ".join([canonical, *(f"{k}={parsed[k]}" for k in sorted(parsed))])
 
 
+RECORD_MEDIA_TYPES = (
+    "application/x-ndjson",
+    "application/json",
+    "text/csv",
+    "application/vnd.apache.parquet",
+)
+
+_TEXT_APPLICATION = frozenset(
+    {
+        "application/json",
+        "application/x-ndjson",
+        "application/jsonl",
+        "application/xml",
+        "application/yaml",
+        "application/x-yaml",
+        "application/toml",
+        "application/javascript",
+        "application/sql",
+        "application/x-sh",
+    }
+)
+
+
+def base_type(media_type: str) -> str:
+    """``type/subtype`` without parameters (stored media types are canonical, so already lowercased)."""
+    return media_type.split(";", 1)[0].strip()
+
+
+def is_text(media_type: str) -> bool:
+    """True for media types whose bytes are text (read as UTF-8)."""
+    main = base_type(media_type)
+    return main.startswith("text/") or main in _TEXT_APPLICATION or main.endswith(("+json", "+xml", "+yaml"))
+
+
+def is_records(media_type: str) -> bool:
+    """True for the media types a record query may apply to (a JSON document must still hold an array of objects)."""
+    return base_type(media_type) in RECORD_MEDIA_TYPES
+
+
 def selectors_for(media_type: str) -> list[str]:
     """The selective reads the vault serves for this media type.
 
     Only what exists is listed (a model told about a selector must be able to
-    use it): byte ranges for every artifact today.
+    use it): byte ranges for every artifact; line windows and grep for text;
+    record queries for record media types.
     """
-    return ["byte_range"]
+    selectors = ["byte_range"]
+    if is_text(media_type):
+        selectors += ["lines", "grep"]
+    if is_records(media_type):
+        selectors.append("records")
+    return selectors
 
 
 def checked_json(name: str, value: object, *, limit: int = 64 * 1024) -> dict[str, Any]:

@@ -11,6 +11,11 @@ Contract (checked for every backend by ``tests/test_conformance.py``):
 * An idempotency key is unique per (tenant, user, session). Publishing an
   existing key replays or conflicts as :func:`replay_or_conflict` decides;
   an expired holder releases the key in the same transaction.
+* A :class:`Derivation` links a derived blob to its source blob (same tenant
+  namespace). A blob is *referenced* while an artifact points at it or a
+  derivation derives it; collecting a source blob drops its derivations in the
+  same transaction, so a derivative never outlives its source for long and a
+  derivation never points at a missing source.
 * ``find`` matches the artifact id and all three scope components in one
   lookup, so an artifact of another scope and an absent one look the same.
 """
@@ -27,7 +32,7 @@ from refvault.errors import IdempotencyConflict, RefvaultError
 from refvault.ids import namespace_of
 from refvault.model import RESOLVER, Descriptor, Disclosure, Scope, selectors_for
 
-__all__ = ["BlobRecord", "Catalog", "Manifest", "Publication", "replay_or_conflict"]
+__all__ = ["BlobRecord", "Catalog", "Derivation", "Manifest", "Publication", "replay_or_conflict"]
 
 CHUNK_SIZE = 1 << 20
 
@@ -116,6 +121,25 @@ class Publication:
     blob: BlobRecord
 
 
+@dataclass(frozen=True, slots=True)
+class Derivation:
+    """A blob derived from another (e.g. the Parquet form of JSON Lines), and what the deriver recorded.
+
+    ``info`` is the deriver's JSON object (schema, record count); trusted state
+    like a manifest, written only by refvault.
+    """
+
+    source: BlobKey
+    kind: str
+    digest: str
+    size: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> BlobKey:
+        return BlobKey(self.source.namespace, self.digest)
+
+
 _REPLAYED_FIELDS = (
     "digest",
     "media_type",
@@ -189,7 +213,22 @@ class Catalog(Protocol):
     def has_blob(self, key: BlobKey) -> bool: ...
 
     def is_referenced(self, key: BlobKey) -> bool:
-        """True if some artifact (of any scope) points at ``key``."""
+        """True if some artifact (of any scope) points at ``key``, or a derivation derives it."""
+
+    def derivation(self, source: BlobKey, kind: str) -> Derivation | None: ...
+
+    def derivations(self) -> Iterator[Derivation]:
+        """Every derivation (for ``verify``)."""
+
+    def publish_derivation(
+        self, derivation: Derivation, blob: BlobRecord, make_visible: Callable[[], None]
+    ) -> Derivation | None:
+        """Record a derived blob under the write lock; return the stored derivation.
+
+        If one of this kind already exists for the source, it is returned and
+        ``make_visible`` is not called (the caller discards its copy). If no
+        artifact references the source any more, nothing is recorded and None is returned.
+        """
 
     def record_chunks(self, key: BlobKey, chunk_size: int, digests: bytes) -> None:
         """Record chunk digests derived (and checked against the content hash) by a reader."""

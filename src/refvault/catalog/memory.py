@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from refvault.blobs.base import BlobKey
-from refvault.catalog.base import BlobRecord, Manifest, Publication, replay_or_conflict
+from refvault.catalog.base import BlobRecord, Derivation, Manifest, Publication, replay_or_conflict
 from refvault.errors import RefvaultError
 from refvault.model import Scope
 
@@ -35,6 +35,7 @@ class MemoryCatalog:
         self._seq = itertools.count(1)
         self._rows: dict[str, _Row] = {}
         self._blobs: dict[BlobKey, tuple[BlobRecord, float]] = {}
+        self._derivations: dict[tuple[BlobKey, str], Derivation] = {}
 
     def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
         with self._lock:
@@ -119,7 +120,35 @@ class MemoryCatalog:
             return iter([record for _, (record, _) in sorted(self._blobs.items())])
 
     def _referenced(self, key: BlobKey) -> bool:
+        return self._by_artifact(key) or any(d.key == key for d in self._derivations.values())
+
+    def _by_artifact(self, key: BlobKey) -> bool:
         return any(row.manifest.key == key for row in self._rows.values())
+
+    def derivation(self, source: BlobKey, kind: str) -> Derivation | None:
+        with self._lock:
+            return self._derivations.get((source, kind))
+
+    def derivations(self) -> Iterator[Derivation]:
+        with self._lock:
+            return iter([self._derivations[k] for k in sorted(self._derivations)])
+
+    def publish_derivation(
+        self, derivation: Derivation, blob: BlobRecord, make_visible: Callable[[], None]
+    ) -> Derivation | None:
+        with self._lock:
+            existing = self._derivations.get((derivation.source, derivation.kind))
+            if existing is not None:
+                return existing
+            if not self._by_artifact(derivation.source):
+                return None
+            make_visible()
+            previous = self._blobs.get(blob.key)
+            if previous is not None and previous[0].chunk_digests:
+                blob = replace(blob, chunk_size=previous[0].chunk_size, chunk_digests=previous[0].chunk_digests)
+            self._blobs[blob.key] = (blob, time.time())
+            self._derivations[(derivation.source, derivation.kind)] = derivation
+            return derivation
 
     def unreferenced(self, older_than: float) -> list[BlobKey]:
         cutoff = time.time() - older_than
@@ -140,6 +169,8 @@ class MemoryCatalog:
             if not remove():
                 return False
             self._blobs.pop(key, None)
+            for link in [link for link in self._derivations if link[0] == key]:
+                del self._derivations[link]
             return True
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-__all__ = ["MIGRATIONS", "artifacts", "blobs", "metadata", "migrations"]
+__all__ = ["MIGRATIONS", "artifacts", "blobs", "derivations", "metadata", "migrations"]
 
 metadata = sa.MetaData()
 
@@ -57,6 +57,22 @@ blobs = sa.Table(
     sa.Column("touched_us", sa.BigInteger, nullable=False),
 )
 
+# A derivative (e.g. the Parquet form of a record artifact) is a blob of its own, linked to the
+# blob it was derived from. It lives exactly as long as its source blob: collecting the source
+# drops the link, after which the derivative is unreferenced and collected in turn.
+derivations = sa.Table(
+    "refvault_derivations",
+    metadata,
+    sa.Column("namespace", sa.String(32), primary_key=True),
+    sa.Column("source_digest", sa.String(64), primary_key=True),
+    sa.Column("kind", sa.String(64), primary_key=True),
+    sa.Column("derived_digest", sa.String(64), nullable=False),
+    sa.Column("derived_size", sa.BigInteger, nullable=False),
+    sa.Column("info", sa.Text, nullable=False),
+    sa.Column("created_us", sa.BigInteger, nullable=False),
+    sa.Index("ix_refvault_derivations_derived", "namespace", "derived_digest"),
+)
+
 migrations = sa.Table(
     "refvault_migrations",
     metadata,
@@ -69,4 +85,8 @@ def _v1(conn: sa.Connection) -> None:
     metadata.create_all(conn, tables=[artifacts, blobs])
 
 
-MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _v1)]
+def _v2(conn: sa.Connection) -> None:
+    metadata.create_all(conn, tables=[derivations])
+
+
+MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _v1), (2, _v2)]

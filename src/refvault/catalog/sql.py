@@ -25,8 +25,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
 from refvault.blobs.base import BlobKey
-from refvault.catalog.base import BlobRecord, Manifest, Publication, replay_or_conflict
-from refvault.catalog.schema import MIGRATIONS, artifacts, blobs, migrations
+from refvault.catalog.base import BlobRecord, Derivation, Manifest, Publication, replay_or_conflict
+from refvault.catalog.schema import MIGRATIONS, artifacts, blobs, derivations, migrations
 from refvault.errors import RefvaultError, StorageError
 from refvault.model import Scope
 
@@ -105,8 +105,29 @@ def _scope_match(scope: Scope) -> sa.ColumnElement[bool]:
     )
 
 
-def _references(key: BlobKey) -> sa.Exists:
-    return sa.exists().where(artifacts.c.namespace == key.namespace, artifacts.c.digest == key.digest)
+def _references(key: BlobKey) -> sa.ColumnElement[bool]:
+    by_artifact = sa.exists().where(artifacts.c.namespace == key.namespace, artifacts.c.digest == key.digest)
+    by_derivation = sa.exists().where(
+        derivations.c.namespace == key.namespace, derivations.c.derived_digest == key.digest
+    )
+    return sa.or_(by_artifact, by_derivation)
+
+
+_DERIVATION = sa.select(derivations).where(
+    derivations.c.namespace == sa.bindparam("ns"),
+    derivations.c.source_digest == sa.bindparam("dg"),
+    derivations.c.kind == sa.bindparam("kind"),
+)
+
+
+def _derivation(row: sa.Row[Any]) -> Derivation:
+    return Derivation(
+        source=BlobKey(row.namespace, row.source_digest),
+        kind=row.kind,
+        digest=row.derived_digest,
+        size=row.derived_size,
+        info=json.loads(row.info),
+    )
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -266,7 +287,41 @@ class SqlCatalog:
             if not remove():
                 return False
             conn.execute(blobs.delete().where(where))
+            conn.execute(
+                derivations.delete().where(
+                    derivations.c.namespace == key.namespace, derivations.c.source_digest == key.digest
+                )
+            )
             return True
+
+    @_translated
+    def publish_derivation(
+        self, derivation: Derivation, blob: BlobRecord, make_visible: Callable[[], None]
+    ) -> Derivation | None:
+        source = derivation.source
+        params = {"ns": source.namespace, "dg": source.digest, "kind": derivation.kind}
+        referenced = sa.exists().where(artifacts.c.namespace == source.namespace, artifacts.c.digest == source.digest)
+        with self._write() as conn, conn.begin():
+            row = conn.execute(_DERIVATION, params).first()
+            if row is not None:
+                return _derivation(row)
+            if not conn.execute(sa.select(referenced)).scalar():
+                return None
+            make_visible()
+            now = _now_us()
+            conn.execute(_UPSERT_BLOB, [_blob_row(blob, now)])
+            conn.execute(
+                derivations.insert().values(
+                    namespace=source.namespace,
+                    source_digest=source.digest,
+                    kind=derivation.kind,
+                    derived_digest=derivation.digest,
+                    derived_size=derivation.size,
+                    info=_json(derivation.info),
+                    created_us=now,
+                )
+            )
+        return derivation
 
     # -- reading -----------------------------------------------------------------
 
@@ -289,6 +344,20 @@ class SqlCatalog:
 
     def has_blob(self, key: BlobKey) -> bool:
         return self.blob(key) is not None
+
+    @_translated
+    def derivation(self, source: BlobKey, kind: str) -> Derivation | None:
+        with self._read() as conn:
+            row = conn.execute(_DERIVATION, {"ns": source.namespace, "dg": source.digest, "kind": kind}).first()
+        return None if row is None else _derivation(row)
+
+    @_translated
+    def derivations(self) -> Iterator[Derivation]:
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(derivations).order_by(derivations.c.namespace, derivations.c.source_digest)
+            ).all()
+        return iter([_derivation(row) for row in rows])
 
     @_translated
     def in_scope(self, scope: Scope) -> list[Manifest]:
@@ -316,9 +385,12 @@ class SqlCatalog:
     def unreferenced(self, older_than: float) -> list[BlobKey]:
         cutoff = _now_us() - int(older_than * 1_000_000)
         referenced = sa.exists().where(artifacts.c.namespace == blobs.c.namespace, artifacts.c.digest == blobs.c.digest)
+        derived = sa.exists().where(
+            derivations.c.namespace == blobs.c.namespace, derivations.c.derived_digest == blobs.c.digest
+        )
         with self._read() as conn:
             rows = conn.execute(
-                sa.select(blobs.c.namespace, blobs.c.digest).where(blobs.c.touched_us < cutoff, ~referenced)
+                sa.select(blobs.c.namespace, blobs.c.digest).where(blobs.c.touched_us < cutoff, ~referenced, ~derived)
             ).all()
         return [BlobKey(row.namespace, row.digest) for row in rows]
 

@@ -14,6 +14,13 @@ Invariants (tested in ``tests/test_toolbox.py``):
   message names the id and nothing else.
 * Returning ``bytes`` or an :class:`Artifact` captures it; the observation
   carries the descriptor summary, not the bytes.
+* **Offload.** With the built-in read tools registered (the default), a
+  result estimated above ``offload_tokens`` (20,000 by default, per tool if
+  given) is captured with ``disclosure="model"`` and the observation is a
+  bounded, type-aware preview that says what it covers and omits and how to
+  read more. Output of a sealed input stays sealed, and its preview shows
+  type and size only. If capture fails, the observation says so and carries a
+  bounded truncation marked incomplete (``tests/test_offload.py``).
 """
 
 from __future__ import annotations
@@ -34,8 +41,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from typing_extensions import is_typeddict
 
-from refvault.errors import BadRef
+from refvault.errors import BadRef, RefvaultError
 from refvault.model import Descriptor, Scope
+from refvault.toolbox.builtin import LoadedContent
 from refvault.toolbox.ref import DispatchFrame, Ref, enter_frame, finish_ref_schemas
 from refvault.toolbox.substitute import bind_refs
 from refvault.vault.vault import Vault
@@ -44,6 +52,19 @@ __all__ = ["Artifact", "Observation", "ToolContext", "ToolEvent", "Toolbox"]
 
 Flavor = Literal["openai", "anthropic", "gemini", "mcp"]
 logger = logging.getLogger("refvault.toolbox")
+
+DEFAULT_OFFLOAD_TOKENS = 20_000
+DEFAULT_PREVIEW_CHARS = 4_000
+
+
+class _Default:
+    """Marks an argument left at the Toolbox's default."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+DEFAULT: Any = _Default()
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +98,7 @@ class Observation:
     content: str
     is_error: bool = False
     artifacts: tuple[Mapping[str, Any], ...] = ()
+    parts: tuple[Mapping[str, Any], ...] = ()  # model content beyond text (load_artifacts: text and image parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +137,8 @@ class _Tool:
     is_async: bool
     takes_refs: bool  # only decides whether resolution runs off the event loop
     fields: tuple[str, ...]
+    offload_tokens: int | None = None  # None: never offload this tool's results
+    builtin: bool = False  # refvault's own read tools: their refvault errors are shown (written content-free)
 
 
 def _summary(descriptor: Descriptor) -> dict[str, Any]:
@@ -131,26 +155,75 @@ class Toolbox:
     """Register tools with ``@box.tool``, describe them with :meth:`schemas`, run them with :meth:`call`."""
 
     def __init__(
-        self, vault: Vault, *, ref_pattern: bool = False, max_runs: int = 1000, max_events_per_run: int = 10_000
+        self,
+        vault: Vault,
+        *,
+        ref_pattern: bool = False,
+        max_runs: int = 1000,
+        max_events_per_run: int = 10_000,
+        read_tools: bool = True,
+        offload_tokens: int | None = DEFAULT_OFFLOAD_TOKENS,
+        preview_chars: int = DEFAULT_PREVIEW_CHARS,
     ) -> None:
+        """``read_tools`` registers describe/list/read/query/load_artifacts; offloading needs them.
+
+        ``offload_tokens`` is the default threshold above which a result is
+        offloaded (None: never); ``preview_chars`` bounds each preview.
+        """
+        if offload_tokens is not None and (not isinstance(offload_tokens, int) or offload_tokens < 1):
+            raise ValueError("offload_tokens must be a positive integer or None")
+        if not isinstance(preview_chars, int) or isinstance(preview_chars, bool) or not 256 <= preview_chars <= 200_000:
+            raise ValueError("preview_chars must be an integer between 256 and 200,000")
         self.vault = vault
         self.ref_pattern = ref_pattern
         self.max_runs = max_runs
         self.max_events_per_run = max_events_per_run
+        self.read_tools = read_tools
+        self.offload_tokens = offload_tokens if read_tools else None
+        self.preview_chars = preview_chars
         self._tools: dict[str, _Tool] = {}
         self._sinks: list[Callable[[ToolEvent], None]] = []
         self._runs: OrderedDict[str | None, deque[ToolEvent]] = OrderedDict()
         self._lock = threading.Lock()
+        if read_tools:
+            from refvault.toolbox.builtin import BUILTIN_TOOLS
+
+            for function in BUILTIN_TOOLS:
+                self._tools[function.__name__] = dataclasses.replace(
+                    _build_tool(function, name=None, description=None, context="ctx"), builtin=True
+                )
+
+    def instructions(self, scope: Scope) -> str:
+        """System-instruction text listing the artifacts ``load_artifacts`` can load in ``scope``."""
+        from refvault.toolbox.builtin import instructions
+
+        return instructions(self.vault, scope)
 
     # -- registration ----------------------------------------------------------------
 
     def tool(
-        self, function: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None
+        self,
+        function: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        offload_tokens: int | None = DEFAULT,
     ) -> Any:
-        """Register ``function`` as a tool (usable bare, ``@box.tool``, or with arguments)."""
+        """Register ``function`` as a tool (usable bare, ``@box.tool``, or with arguments).
+
+        ``offload_tokens`` overrides the Toolbox's offload threshold for this
+        tool (None: never offload its results).
+        """
+        if offload_tokens is not DEFAULT and offload_tokens is not None:
+            if not isinstance(offload_tokens, int) or offload_tokens < 1:
+                raise ValueError("offload_tokens must be a positive integer or None")
+            if not self.read_tools:
+                raise ValueError("offloading needs the read tools: create the Toolbox with read_tools=True")
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             tool = _build_tool(fn, name=name, description=description)
+            threshold = self.offload_tokens if offload_tokens is DEFAULT else offload_tokens
+            tool = dataclasses.replace(tool, offload_tokens=threshold)
             if tool.name in self._tools:
                 raise ValueError(f"a tool named {tool.name!r} is already registered")
             self._tools[tool.name] = tool
@@ -278,7 +351,7 @@ class Toolbox:
             outcome = _Outcome(failure="CancelledError", fatal=asyncio.CancelledError())
         finally:
             leave()
-        if _needs_vault(outcome.value):
+        if _needs_vault(outcome.value) or _may_offload(prepared.tool, outcome):
             return await asyncio.to_thread(self._conclude, prepared, outcome)
         return self._conclude(prepared, outcome)
 
@@ -354,7 +427,7 @@ class Toolbox:
         """Turn what the tool did into an event and an observation; re-raise a fatal exception last."""
         if outcome.failure is None:
             try:
-                content, captured = self._render(outcome.value, prepared)
+                content, captured, parts = self._render(outcome, prepared)
             except Exception as exc:
                 outcome = _Outcome(failure=type(exc).__name__)
             else:
@@ -369,7 +442,9 @@ class Toolbox:
                         artifacts=ids,
                     )
                 )
-                return Observation(prepared.tool_call_id, content, artifacts=tuple(_summary(d) for d in captured))
+                return Observation(
+                    prepared.tool_call_id, content, artifacts=tuple(_summary(d) for d in captured), parts=parts
+                )
         self._record(
             ToolEvent(
                 "tool_failed",
@@ -382,10 +457,12 @@ class Toolbox:
         )
         if outcome.fatal is not None:
             raise outcome.fatal
-        message = outcome.message or f"the tool raised {outcome.failure}"
+        message = outcome.message or (outcome.refvault_message if prepared.tool.builtin else None)
+        message = message or f"the tool raised {outcome.failure}"
         return Observation(prepared.tool_call_id, f"error: {message}", is_error=True)
 
-    def _render(self, result: Any, prepared: _Prepared) -> tuple[str, list[Descriptor]]:
+    def _render(self, outcome: _Outcome, prepared: _Prepared) -> tuple[str, list[Descriptor], tuple[Any, ...]]:
+        result = outcome.value
         if isinstance(result, bytes | bytearray | memoryview):
             result = Artifact(bytes(result))
         if isinstance(result, Artifact):
@@ -401,14 +478,90 @@ class Toolbox:
                 run_id=prepared.run_id,
                 completeness={"status": "complete", "omissions": []},
             )
-            return json.dumps({"artifact": _summary(descriptor)}), [descriptor]
+            return json.dumps({"artifact": _summary(descriptor)}), [descriptor], ()
+        if isinstance(result, LoadedContent):
+            return _ENCODER.encode(result.summary), [], result.parts
+        text = _encoded(outcome)
+        threshold = prepared.tool.offload_tokens
+        if threshold is None or 2 * len(text) <= threshold:  # the estimate never exceeds 2 tokens per character
+            return text, [], ()
+        from refvault.read.previews import estimate_tokens
+
+        if estimate_tokens(text) <= threshold:
+            return text, [], ()
+        content, captured = self._offload(text, result, prepared)
+        return content, captured, ()
+
+    def _offload(self, text: str, result: Any, prepared: _Prepared) -> tuple[str, list[Descriptor]]:
+        """Capture an oversized result and return a bounded preview of it instead."""
+        from refvault.read import previews
+
+        data = text.encode("utf-8", "surrogatepass")
+        structured = not isinstance(result, str)
+        disclosure: Literal["model", "sealed"] = "sealed" if prepared.sealed_inputs else "model"
+        try:
+            descriptor = self.vault.put(
+                prepared.scope,
+                data,
+                media_type="application/json" if structured else "text/plain; charset=utf-8",
+                disclosure=disclosure,
+                tool_call_id=prepared.tool_call_id,
+                run_id=prepared.run_id,
+                completeness={"status": "complete", "omissions": []},
+            )
+        except Exception as exc:
+            logger.warning("offloading a result of tool %s failed: %s", prepared.tool.name, type(exc).__name__)
+            shown_chars = 0 if disclosure == "sealed" else self.preview_chars  # sealed: nothing of it may be shown
+            failed = previews.truncation(text, max_chars=shown_chars, reason=type(exc).__name__)
+            return json.dumps({"offload_failed": failed}, ensure_ascii=False), []
+        if disclosure == "sealed":
+            shown = previews.preview(descriptor, None, max_chars=self.preview_chars)
+        else:
+            summary = _records_summary(self.vault, prepared.scope, descriptor, result)
+            shown = previews.preview(descriptor, data, value=result, records=summary, max_chars=self.preview_chars)
+        return json.dumps({"offloaded": shown}, ensure_ascii=False), [descriptor]
+
+
+def _records_summary(vault: Vault, scope: Scope, descriptor: Descriptor, result: Any) -> Any:
+    """For a list of objects: its record schema, count and first rows (None if it is not records)."""
+    if not (isinstance(result, list | tuple) and result and all(isinstance(row, Mapping) for row in result)):
+        return None
+    from refvault.read import records
+    from refvault.read.previews import RecordsSummary
+
+    try:
+        record_set = records.derive(vault, scope, descriptor.artifact_id)
+        first = records.query(vault, scope, descriptor.artifact_id, limit=5)
+    except RefvaultError:
+        return None  # not records after all (ragged beyond reading): the JSON preview still applies
+    return RecordsSummary(
+        fields=record_set.fields,
+        count=record_set.count,
+        first_rows=tuple(row["record"] for row in first["records"]),
+    )
+
+
+def _encoded(outcome: _Outcome) -> str:
+    """The result as the model would see it (cached on the outcome: it may be needed twice)."""
+    if outcome.text is None:
+        result = outcome.value
         if isinstance(result, str):
-            return result, []
-        if inspect.isgenerator(result) or inspect.isasyncgen(result):
+            outcome.text = result
+        elif inspect.isgenerator(result) or inspect.isasyncgen(result):
             raise TypeError("a tool must return a value, not a generator")
-        if isinstance(result, BaseModel):
-            result = result.model_dump()
-        return _ENCODER.encode(result), []
+        else:
+            outcome.text = _ENCODER.encode(result.model_dump() if isinstance(result, BaseModel) else result)
+    return outcome.text
+
+
+def _may_offload(tool: _Tool, outcome: _Outcome) -> bool:
+    """Whether concluding may capture (so the async path moves it off the event loop)."""
+    if tool.offload_tokens is None or outcome.failure is not None:
+        return False
+    try:
+        return 2 * len(_encoded(outcome)) > tool.offload_tokens
+    except Exception:
+        return False  # _render reports the failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +585,8 @@ class _Outcome:
     message: str | None = None  # shown to the model; only for errors whose text is known safe
     fatal: BaseException | None = None  # a fresh, empty exception to re-raise (not an Exception)
     awaitable: Any = None
+    refvault_message: str | None = None  # a RefvaultError's message: shown for built-in tools only
+    text: str | None = None  # the encoded result, once computed
 
 
 def _fresh(exc: BaseException) -> BaseException:
@@ -447,6 +602,8 @@ def _fresh(exc: BaseException) -> BaseException:
 def _caught(exc: BaseException) -> _Outcome:
     if isinstance(exc, BadRef):  # a Ref that stopped resolving mid-call: the message names only the id
         return _Outcome(failure="BadRef", message=str(exc))
+    if isinstance(exc, RefvaultError):
+        return _Outcome(failure=type(exc).__name__, refvault_message=str(exc))
     if isinstance(exc, Exception):
         return _Outcome(failure=type(exc).__name__)
     return _Outcome(failure=type(exc).__name__, fatal=_fresh(exc))
@@ -524,13 +681,15 @@ def _validation_message(exc: Exception) -> str:
     return "invalid arguments: " + "; ".join(problems)
 
 
-def _build_tool(fn: Callable[..., Any], *, name: str | None, description: str | None) -> _Tool:
+def _build_tool(
+    fn: Callable[..., Any], *, name: str | None, description: str | None, context: str | None = None
+) -> _Tool:
     hints = typing.get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
     context_parameter = None
     for parameter in inspect.signature(fn).parameters.values():
         annotation = hints.get(parameter.name, Any)
-        if annotation is ToolContext or ToolContext in typing.get_args(annotation):
+        if parameter.name == context or annotation is ToolContext or ToolContext in typing.get_args(annotation):
             context_parameter = parameter.name
             continue
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):

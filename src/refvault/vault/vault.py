@@ -29,16 +29,17 @@ Invariants, and where each is enforced and tested:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from refvault.blobs.base import BlobKey, BlobStore
-from refvault.catalog.base import Catalog, Manifest, Publication
+from refvault.catalog.base import Catalog, Derivation, Manifest, Publication
 from refvault.errors import Expired, IntegrityError, InvalidArgument, NotFound, RefvaultError, StorageError
 from refvault.ids import check_artifact_id, is_artifact_id, namespace_of, new_artifact_id
 from refvault.model import (
@@ -60,6 +61,8 @@ from refvault.vault.verified import ArtifactStream, VerifiedBlob
 
 __all__ = ["DEFAULT_GRACE", "AuditRecord", "GcReport", "Problem", "Vault", "VerifyReport"]
 
+T = TypeVar("T")
+
 DEFAULT_GRACE = 3600.0
 DEFAULT_INLINE_MAX = 32 * 1024
 
@@ -78,7 +81,7 @@ class AuditRecord:
     """
 
     at: datetime
-    action: str  # "put" | "describe" | "read" | "list" | "delete"
+    action: str  # "put" | "describe" | "read" | "query" | "list" | "delete"
     outcome: str
     tenant: str | None
     user: str | None
@@ -150,6 +153,23 @@ class Vault:
         self._committer = GroupCommit(catalog)
         self._audit_sinks: list[Callable[[AuditRecord], None]] = []
         self._closed = False
+        self.location: Path | None = None  # the embedded store's root directory, when there is one
+        self._attachments: dict[str, Any] = {}
+        self._attach_lock = threading.Lock()
+
+    def attachment(self, name: str, factory: Callable[[], T]) -> T:
+        """A per-vault object owned by a layer above the vault (e.g. the record query engine), made once.
+
+        Upper layers keep their caches here rather than in module globals; an
+        attachment with a ``close()`` method is closed when the vault closes.
+        """
+        with self._attach_lock:
+            if self._closed:
+                raise StorageError("this vault is closed")
+            if name not in self._attachments:
+                self._attachments[name] = factory()
+            value: T = self._attachments[name]
+            return value
 
     def add_audit_sink(self, sink: Callable[[AuditRecord], None]) -> None:
         """Call ``sink`` with an :class:`AuditRecord` after every put, read, describe, list and delete.
@@ -225,13 +245,22 @@ class Vault:
         except BaseException:
             blobs.close()
             raise
-        return cls(blobs, catalog, **options)
+        vault = cls(blobs, catalog, **options)
+        vault.location = root.resolve()
+        return vault
 
     def close(self) -> None:
         """Release files and connections. Every later call raises :class:`StorageError`."""
-        if self._closed:
-            return
-        self._closed = True
+        with self._attach_lock:
+            if self._closed:
+                return
+            self._closed = True
+            attachments = list(self._attachments.values())
+            self._attachments.clear()
+        for attachment in attachments:
+            close = getattr(attachment, "close", None)
+            if callable(close):
+                close()
         self.catalog.close()
         self.blobs.close()
 
@@ -379,6 +408,53 @@ class Vault:
             if not self.catalog.delete(_checked_scope(scope), check_artifact_id(artifact_id)):
                 raise NotFound(artifact_id)
 
+    def audit_read(self, action: str, scope: Scope, descriptor: Descriptor) -> None:
+        """Audit a read an upper layer served from verified bytes (e.g. a record query); by id only."""
+        with self._audited(action, scope, descriptor.artifact_id) as facts:
+            facts["content_hash"] = descriptor.content_hash
+
+    # -- derivatives -------------------------------------------------------------
+
+    def derived(self, scope: Scope, artifact_id: str, kind: str) -> Derivation | None:
+        """The derivative of ``kind`` recorded for an artifact visible in ``scope``, if any."""
+        return self.catalog.derivation(self._manifest(scope, artifact_id).key, kind)
+
+    def put_derived(self, scope: Scope, artifact_id: str, kind: str, data: object, info: dict[str, Any]) -> Derivation:
+        """Store bytes derived from an artifact's bytes, linked to its blob; return the derivation kept.
+
+        Derivatives are shared by every artifact with the same bytes in the
+        tenant and live as long as that blob. If another writer recorded one
+        first, theirs is returned and these bytes are discarded.
+        """
+        manifest = self._manifest(scope, artifact_id)
+        got = ingest(data, self.blobs, inline_max=self.inline_max)
+        record = got.record(manifest.key.namespace)
+        draft = Derivation(manifest.key, kind, got.digest, got.size, checked_json("info", info, limit=1 << 20))
+        visible = False
+
+        def make_visible() -> None:
+            nonlocal visible
+            if got.writer is not None:
+                got.writer.publish(record.key)
+            visible = True
+
+        try:
+            kept = self.catalog.publish_derivation(draft, record, make_visible)
+        finally:
+            if not visible and got.writer is not None:
+                got.writer.abort()
+        if kept is None:  # the source was deleted and collected meanwhile
+            raise NotFound(artifact_id)
+        return kept
+
+    def open_derived(self, scope: Scope, artifact_id: str, kind: str) -> tuple[Derivation, ArtifactStream]:
+        """A verified stream of an artifact's derivative (:class:`NotFound` if none was recorded)."""
+        derivation = self.derived(scope, artifact_id, kind)
+        if derivation is None:
+            raise NotFound(artifact_id)
+        blob = VerifiedBlob(artifact_id, derivation.key, derivation.size, self.catalog, self.blobs)
+        return derivation, ArtifactStream(blob)
+
     # -- maintenance -------------------------------------------------------------
 
     def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
@@ -396,10 +472,13 @@ class Vault:
             by_key.setdefault(m.key, []).append(m.artifact_id)
             sizes[m.key] = m.size
         report = VerifyReport(artifacts=sum(len(ids) for ids in by_key.values()))
+        for d in self.catalog.derivations():  # a derivative is named by the artifacts of its source
+            by_key.setdefault(d.key, []).extend(by_key.get(d.source, []))
+            sizes[d.key] = d.size
         total = sum(sizes.values())
         for key in sorted(by_key):
-            ids = tuple(sorted(by_key[key]))
-            problem = self._check_blob(key, sizes[key], ids)
+            ids = tuple(sorted(set(by_key[key])))
+            problem = self._check_blob(key, sizes[key], ids or ("(derived)",))
             if problem is not None and (problem.kind != "missing" or self.catalog.is_referenced(key)):
                 report.problems.append(problem)
             report.blobs_checked += 1
@@ -442,7 +521,15 @@ class Vault:
             report.expired = self.catalog.delete_expired(now)
         candidates = set(self.catalog.unreferenced(grace))
         candidates.update(key for key in iter(self.blobs.keys()) if not self.catalog.has_blob(key))
-        for key in sorted(candidates):
+        self._collect(sorted(candidates), grace, dry_run, report)
+        if report.blobs_removed and not dry_run:
+            # Collecting a source drops its derivations: collect the derivatives it orphaned now.
+            self._collect(sorted(self.catalog.unreferenced(grace)), grace, dry_run, report)
+        report.temporaries_removed = self.blobs.sweep_temp(grace, dry_run=dry_run)
+        return report
+
+    def _collect(self, candidates: Sequence[BlobKey], grace: float, dry_run: bool, report: GcReport) -> None:
+        for key in candidates:
             if dry_run:
                 age = self.blobs.age(key)
                 report.blobs_removed += int(age is None or age >= grace)
@@ -451,8 +538,6 @@ class Vault:
                 report.blobs_removed += int(self.catalog.collect(key, grace, self._remover(key, grace)))
             except StorageError:
                 report.failures += 1  # one unremovable blob must not stop collection of the rest
-        report.temporaries_removed = self.blobs.sweep_temp(grace, dry_run=dry_run)
-        return report
 
     def _remover(self, key: BlobKey, grace: float) -> Callable[[], bool]:
         def remove() -> bool:
