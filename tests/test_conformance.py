@@ -446,3 +446,15 @@ def test_a_large_streamed_put_and_read_use_bounded_memory(tmp_path: os.PathLike[
         vault.close()
     assert d.size == total
     assert peak < 32 * CHUNK_SIZE, f"peak {peak / CHUNK_SIZE:.1f} MiB"
+
+
+def test_parts_of_one_result_can_share_one_created_at(vault: Vault, scope: Scope, clock: Clock) -> None:
+    moment = clock.now
+    clock.advance(seconds=5)
+    first = vault.put(scope, b"a", created_at=moment)
+    second = vault.put(scope, b"b", created_at=moment)
+    assert first.created_at == second.created_at == moment
+    with pytest.raises(InvalidMetadata, match="future"):
+        vault.put(scope, b"c", created_at=clock.now + timedelta(seconds=1))
+    with pytest.raises(InvalidMetadata, match="timezone"):
+        vault.put(scope, b"c", created_at=datetime(2026, 1, 1))

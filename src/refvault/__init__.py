@@ -42,6 +42,10 @@ _EXPORTS = {
     "InvalidCursor": "refvault.errors",
     "UnsupportedRead": "refvault.errors",
     "SealedArtifact": "refvault.errors",
+    "TooLarge": "refvault.errors",
+    "EmptyPart": "refvault.errors",
+    "InvalidResult": "refvault.errors",
+    "MaterializationError": "refvault.errors",
     "read": "refvault.read",
     "UnresolvedRef": "refvault.errors",
     "RefvaultError": "refvault.errors",
@@ -58,6 +62,10 @@ _EXPORTS = {
 
 __all__ = [
     "Artifact",
+    "EmptyPart",
+    "InvalidResult",
+    "MaterializationError",
+    "TooLarge",
     "ArtifactStream",
     "AsyncVault",
     "AuditRecord",
@@ -96,6 +104,7 @@ if TYPE_CHECKING:
     from refvault import errors, read
     from refvault.errors import (
         BadRef,
+        EmptyPart,
         Expired,
         IdempotencyConflict,
         IntegrityError,
@@ -104,11 +113,14 @@ if TYPE_CHECKING:
         InvalidId,
         InvalidMetadata,
         InvalidQuery,
+        InvalidResult,
         InvalidScope,
+        MaterializationError,
         NotFound,
         RefvaultError,
         SealedArtifact,
         StorageError,
+        TooLarge,
         UnresolvedRef,
         UnsupportedRead,
     )

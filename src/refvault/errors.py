@@ -20,6 +20,10 @@ about an artifact that does not exist.
     ├── Expired                          past expires_at (only the owner ever sees this)
     ├── IdempotencyConflict              key reused in the same scope for different bytes
     ├── SealedArtifact                   a model-facing read of a sealed artifact (usable by reference only)
+    ├── MaterializationError             binary tool content could not be stored (permanent: do not re-call)
+    │   ├── InvalidResult                not a tool result, bad base64, or a bad media type
+    │   ├── EmptyPart                    a binary part with no bytes
+    │   └── TooLarge                     a part or the whole result is over its limit (refused, not truncated)
     ├── IntegrityError                   stored bytes disagree with the manifest; no bad byte returned
     ├── StorageError (OSError)           the backend failed (I/O, fsync, unsafe store layout)
     └── UnresolvedRef                    a Ref was read outside the tool call that received it
@@ -39,6 +43,10 @@ __all__ = [
     "InvalidCursor",
     "UnsupportedRead",
     "SealedArtifact",
+    "MaterializationError",
+    "InvalidResult",
+    "EmptyPart",
+    "TooLarge",
     "NotFound",
     "RefvaultError",
     "StorageError",
@@ -135,6 +143,34 @@ class SealedArtifact(RefvaultError):
             f"artifact {artifact_id} is sealed: its content is never shown to the model; "
             "pass its id to a tool that takes a Ref parameter instead"
         )
+
+
+class MaterializationError(RefvaultError):
+    """Binary tool content could not be materialised into the vault.
+
+    ``permanent`` is always True: the remote tool call already happened, so
+    the caller must not re-issue it (a retry of the *materialisation* with the
+    same ``tool_call_id`` deduplicates what was stored). ``content_index`` names
+    the part that failed, when one did.
+    """
+
+    permanent = True
+
+    def __init__(self, message: str, *, content_index: int | None = None) -> None:
+        self.content_index = content_index
+        super().__init__(message)
+
+
+class InvalidResult(MaterializationError):
+    """The value is not a tool result, a part's base64 is invalid, or its media type is."""
+
+
+class EmptyPart(MaterializationError):
+    """A binary part holds no bytes."""
+
+
+class TooLarge(MaterializationError):
+    """A part, or the whole result, is over its limit; refused, never truncated."""
 
 
 class IntegrityError(RefvaultError):

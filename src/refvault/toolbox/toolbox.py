@@ -44,6 +44,7 @@ from typing_extensions import is_typeddict
 from refvault.errors import BadRef, RefvaultError
 from refvault.model import Descriptor, Scope
 from refvault.toolbox.builtin import LoadedContent
+from refvault.toolbox.offload import offload
 from refvault.toolbox.ref import DispatchFrame, Ref, enter_frame, finish_ref_schemas
 from refvault.toolbox.substitute import bind_refs
 from refvault.vault.vault import Vault
@@ -489,56 +490,18 @@ class Toolbox:
 
         if estimate_tokens(text) <= threshold:
             return text, [], ()
-        content, captured = self._offload(text, result, prepared)
+        content, captured = offload(
+            self.vault,
+            prepared.scope,
+            text,
+            result,
+            sealed=prepared.sealed_inputs,
+            tool_call_id=prepared.tool_call_id,
+            run_id=prepared.run_id,
+            preview_chars=self.preview_chars,
+            source=prepared.tool.name,
+        )
         return content, captured, ()
-
-    def _offload(self, text: str, result: Any, prepared: _Prepared) -> tuple[str, list[Descriptor]]:
-        """Capture an oversized result and return a bounded preview of it instead."""
-        from refvault.read import previews
-
-        data = text.encode("utf-8", "surrogatepass")
-        structured = not isinstance(result, str)
-        disclosure: Literal["model", "sealed"] = "sealed" if prepared.sealed_inputs else "model"
-        try:
-            descriptor = self.vault.put(
-                prepared.scope,
-                data,
-                media_type="application/json" if structured else "text/plain; charset=utf-8",
-                disclosure=disclosure,
-                tool_call_id=prepared.tool_call_id,
-                run_id=prepared.run_id,
-                completeness={"status": "complete", "omissions": []},
-            )
-        except Exception as exc:
-            logger.warning("offloading a result of tool %s failed: %s", prepared.tool.name, type(exc).__name__)
-            shown_chars = 0 if disclosure == "sealed" else self.preview_chars  # sealed: nothing of it may be shown
-            failed = previews.truncation(text, max_chars=shown_chars, reason=type(exc).__name__)
-            return json.dumps({"offload_failed": failed}, ensure_ascii=False), []
-        if disclosure == "sealed":
-            shown = previews.preview(descriptor, None, max_chars=self.preview_chars)
-        else:
-            summary = _records_summary(self.vault, prepared.scope, descriptor, result)
-            shown = previews.preview(descriptor, data, value=result, records=summary, max_chars=self.preview_chars)
-        return json.dumps({"offloaded": shown}, ensure_ascii=False), [descriptor]
-
-
-def _records_summary(vault: Vault, scope: Scope, descriptor: Descriptor, result: Any) -> Any:
-    """For a list of objects: its record schema, count and first rows (None if it is not records)."""
-    if not (isinstance(result, list | tuple) and result and all(isinstance(row, Mapping) for row in result)):
-        return None
-    from refvault.read import records
-    from refvault.read.previews import RecordsSummary
-
-    try:
-        record_set = records.derive(vault, scope, descriptor.artifact_id)
-        first = records.query(vault, scope, descriptor.artifact_id, limit=5)
-    except RefvaultError:
-        return None  # not records after all (ragged beyond reading): the JSON preview still applies
-    return RecordsSummary(
-        fields=record_set.fields,
-        count=record_set.count,
-        first_rows=tuple(row["record"] for row in first["records"]),
-    )
 
 
 def _encoded(outcome: _Outcome) -> str:

@@ -40,7 +40,15 @@ from typing import Any, TypeVar
 
 from refvault.blobs.base import BlobKey, BlobStore
 from refvault.catalog.base import Catalog, Derivation, Manifest, Publication
-from refvault.errors import Expired, IntegrityError, InvalidArgument, NotFound, RefvaultError, StorageError
+from refvault.errors import (
+    Expired,
+    IntegrityError,
+    InvalidArgument,
+    InvalidMetadata,
+    NotFound,
+    RefvaultError,
+    StorageError,
+)
 from refvault.ids import check_artifact_id, is_artifact_id, namespace_of, new_artifact_id
 from refvault.model import (
     Descriptor,
@@ -289,16 +297,25 @@ class Vault:
         disclosure: Disclosure = "model",
         idempotency_key: str | None = None,
         filename: str | None = None,
+        created_at: datetime | None = None,
     ) -> Descriptor:
         """Capture ``data`` in ``scope`` and return its descriptor once it is durable.
 
         ``data`` is ``bytes``, a binary file object or an iterable of ``bytes``;
         it is streamed, never held whole. Metadata is validated before the
         first byte is read. With ``idempotency_key``, a retry in the same scope
-        returns the first capture's descriptor.
+        returns the first capture's descriptor. ``created_at`` (default: now)
+        lets the parts of one result share one moment; it may not be in the future.
         """
         with self._audited("put", scope) as facts:
             now = self.clock()
+            moment = now
+            if created_at is not None:
+                if not isinstance(created_at, datetime) or created_at.tzinfo is None:
+                    raise InvalidMetadata("created_at must be a timezone-aware datetime")
+                if created_at > now:
+                    raise InvalidMetadata("created_at may not be in the future")
+                moment = created_at.astimezone(UTC)
             draft = Manifest(
                 artifact_id=new_artifact_id(),
                 scope=_checked_scope(scope),
@@ -306,7 +323,7 @@ class Vault:
                 size=0,
                 media_type=canonical_media_type(media_type),
                 disclosure=checked_disclosure(disclosure),
-                created_at=now,
+                created_at=moment,
                 expires_at=checked_expiry(expires_at, now),
                 filename=checked_filename(filename),
                 tool_call_id=checked_label("tool_call_id", tool_call_id),

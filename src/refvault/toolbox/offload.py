@@ -1,0 +1,89 @@
+"""Offloading an oversized tool result: capture it, and hand the model a bounded preview instead.
+
+Used by the Toolbox for its tools' results and by the MCP gateway for an
+upstream server's text results. Invariants (tested in ``tests/test_offload.py``):
+
+* The captured bytes are exactly the result's text (UTF-8), with
+  ``disclosure="model"``, unless the result was derived from a sealed input:
+  then the artifact is sealed and the preview shows type and size only.
+* If capture fails, the observation says so and carries a bounded truncation
+  marked incomplete (nothing of a sealed-derived result); nothing is silently lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from refvault.errors import RefvaultError
+from refvault.model import Descriptor, Scope
+from refvault.vault.vault import Vault
+
+__all__ = ["offload"]
+
+logger = logging.getLogger("refvault.toolbox")
+
+
+def offload(
+    vault: Vault,
+    scope: Scope,
+    text: str,
+    result: Any,
+    *,
+    sealed: bool,
+    tool_call_id: str | None,
+    run_id: str | None,
+    preview_chars: int,
+    source: str,
+) -> tuple[str, list[Descriptor]]:
+    """Capture ``text`` (the rendering of ``result``); return the JSON the model sees and what was captured.
+
+    ``result`` is the value ``text`` renders (a str, or a JSON-ready value:
+    a list of objects gets a records preview). ``source`` names the tool, for logs.
+    """
+    from refvault.read import previews
+
+    data = text.encode("utf-8", "surrogatepass")
+    disclosure: Literal["model", "sealed"] = "sealed" if sealed else "model"
+    try:
+        descriptor = vault.put(
+            scope,
+            data,
+            media_type="text/plain; charset=utf-8" if isinstance(result, str) else "application/json",
+            disclosure=disclosure,
+            tool_call_id=tool_call_id,
+            run_id=run_id,
+            completeness={"status": "complete", "omissions": []},
+        )
+    except Exception as exc:
+        logger.warning("offloading a result of tool %s failed: %s", source, type(exc).__name__)
+        shown_chars = 0 if sealed else preview_chars  # sealed: nothing of it may be shown
+        failed = previews.truncation(text, max_chars=shown_chars, reason=type(exc).__name__)
+        return json.dumps({"offload_failed": failed}, ensure_ascii=False), []
+    if sealed:
+        shown = previews.preview(descriptor, None, max_chars=preview_chars)
+    else:
+        summary = _records_summary(vault, scope, descriptor, result)
+        shown = previews.preview(descriptor, data, value=result, records=summary, max_chars=preview_chars)
+    return json.dumps({"offloaded": shown}, ensure_ascii=False), [descriptor]
+
+
+def _records_summary(vault: Vault, scope: Scope, descriptor: Descriptor, result: Any) -> Any:
+    """For a list of objects: its record schema, count and first rows (None if it is not records)."""
+    if not (isinstance(result, list | tuple) and result and all(isinstance(row, Mapping) for row in result)):
+        return None
+    from refvault.read import records
+    from refvault.read.previews import RecordsSummary
+
+    try:
+        record_set = records.derive(vault, scope, descriptor.artifact_id)
+        first = records.query(vault, scope, descriptor.artifact_id, limit=5)
+    except RefvaultError:
+        return None  # not records after all (e.g. field names differing only in case): the JSON preview applies
+    return RecordsSummary(
+        fields=record_set.fields,
+        count=record_set.count,
+        first_rows=tuple(row["record"] for row in first["records"]),
+    )
