@@ -42,6 +42,7 @@ _EXPORTS = {
     "InvalidCursor": "refvault.errors",
     "UnsupportedRead": "refvault.errors",
     "SealedArtifact": "refvault.errors",
+    "ContextLeak": "refvault.errors",
     "TooLarge": "refvault.errors",
     "EmptyPart": "refvault.errors",
     "InvalidResult": "refvault.errors",
@@ -62,6 +63,7 @@ _EXPORTS = {
 
 __all__ = [
     "Artifact",
+    "ContextLeak",
     "EmptyPart",
     "InvalidResult",
     "MaterializationError",
@@ -104,6 +106,7 @@ if TYPE_CHECKING:
     from refvault import errors, read
     from refvault.errors import (
         BadRef,
+        ContextLeak,
         EmptyPart,
         Expired,
         IdempotencyConflict,

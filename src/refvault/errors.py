@@ -20,6 +20,7 @@ about an artifact that does not exist.
     ├── Expired                          past expires_at (only the owner ever sees this)
     ├── IdempotencyConflict              key reused in the same scope for different bytes
     ├── SealedArtifact                   a model-facing read of a sealed artifact (usable by reference only)
+    ├── ContextLeak                      an outgoing LLM request carries protected content (findings: ids, sites)
     ├── MaterializationError             binary tool content could not be stored (permanent: do not re-call)
     │   ├── InvalidResult                not a tool result, bad base64, or a bad media type
     │   ├── EmptyPart                    a binary part with no bytes
@@ -30,6 +31,9 @@ about an artifact that does not exist.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "Expired",
@@ -43,6 +47,7 @@ __all__ = [
     "InvalidCursor",
     "UnsupportedRead",
     "SealedArtifact",
+    "ContextLeak",
     "MaterializationError",
     "InvalidResult",
     "EmptyPart",
@@ -143,6 +148,23 @@ class SealedArtifact(RefvaultError):
             f"artifact {artifact_id} is sealed: its content is never shown to the model; "
             "pass its id to a tool that takes a Ref parameter instead"
         )
+
+
+class ContextLeak(RefvaultError):
+    """An outgoing LLM request (or log line, or span) carries protected content; it was not sent.
+
+    ``findings`` name the site, artifact id, matched length and arm of each
+    hit, never the content itself; so does the message.
+    """
+
+    def __init__(self, findings: Sequence[Any]) -> None:
+        self.findings = tuple(findings)
+        shown = "; ".join(
+            f"{getattr(f, 'site', '?')}: {getattr(f, 'arm', '?')} {getattr(f, 'artifact_id', None) or ''}".rstrip()
+            for f in self.findings[:10]
+        )
+        more = f" (+{len(self.findings) - 10} more)" if len(self.findings) > 10 else ""
+        super().__init__(f"the request carries protected content and was not sent: {shown}{more}")
 
 
 class MaterializationError(RefvaultError):
