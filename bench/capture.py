@@ -32,29 +32,40 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import platform
 import secrets
-import statistics
 import sys
 import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import Measure, blob_path, interleave, load_average, work_dir
+from harness import (
+    SCOPE,
+    KiB,
+    Measure,
+    MiB,
+    Row,
+    blob_path,
+    command_line,
+    drop,
+    fsync_write,
+    interleave,
+    load_average,
+    machine,
+    make_parser,
+    missed,
+    print_table,
+    read_verified,
+    timed,
+    total_time,
+    work_dir,
+)
 
-from refvault import __version__
-from refvault.model import Scope
 from refvault.vault.commit import GroupCommit
 from refvault.vault.vault import Vault
-
-KiB = 1 << 10
-MiB = 1 << 20
-SCOPE = Scope("bench", "user", "session")
-
 
 # -- the raw baselines ---------------------------------------------------------------------------------------------
 
@@ -70,14 +81,7 @@ class RawDir:
     def put(self, data: bytes, *, dir_fsync: bool) -> str:
         """Temp-write + fsync + rename (+ fsync of the directory); returns the final name."""
         temp = secrets.token_hex(16) + ".tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=self.fd)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_write(temp, data, dir_fd=self.fd)
         name = secrets.token_hex(32)
         os.replace(temp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         if dir_fsync:
@@ -96,23 +100,8 @@ class RawDir:
         os.close(self.fd)
 
 
-def read_verified(path: Path, digest: str) -> bytes:
-    with open(path, "rb", buffering=0) as f:
-        data = f.read()
-    if hashlib.sha256(data).hexdigest() != digest:
-        raise AssertionError(f"raw read of {path} does not match its digest")
-    return data
-
-
 def payloads(count: int, size: int) -> list[bytes]:
     return [os.urandom(size) for _ in range(count)]
-
-
-def clear_vault(vault: Vault) -> None:
-    """Drop every artifact and blob (outside the timed sections) so stores stay small between repetitions."""
-    for descriptor in vault.list(SCOPE):
-        vault.delete(SCOPE, descriptor.artifact_id)
-    vault.gc(grace=0)
 
 
 def run_threads(workers: int, batches: Sequence[Sequence[bytes]], work: Callable[[bytes], object]) -> float:
@@ -143,66 +132,6 @@ def run_threads(workers: int, batches: Sequence[Sequence[bytes]], work: Callable
 
 
 # -- measurement and reporting -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Row:
-    """One line of the table: our figure, its baseline, and how the ratio compares with the target."""
-
-    number: str
-    label: str
-    unit: str
-    ours_name: str
-    ours: list[float]
-    base_name: str
-    base: list[float]
-    target: float | None = None
-    ratios: list[float] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.ratios = [o / b for o, b in zip(self.ours, self.base, strict=True)]
-
-    @property
-    def ratio(self) -> float:
-        return statistics.median(self.ratios)
-
-    @property
-    def verdict(self) -> str:
-        if self.target is None:
-            return "info"
-        return "PASS" if self.ratio >= self.target else "MISS"
-
-
-def fmt(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
-
-
-def print_table(rows: Sequence[Row]) -> None:
-    head = ("#", "benchmark", "measured (median)", "baseline (median)", "ratio", "min..max", "target", "")
-    body = [
-        (
-            row.number,
-            row.label,
-            f"{row.ours_name} {fmt(statistics.median(row.ours))} {row.unit}",
-            f"{row.base_name} {fmt(statistics.median(row.base))} {row.unit}",
-            f"{row.ratio:.2f}x",
-            f"{min(row.ratios):.2f}..{max(row.ratios):.2f}",
-            "-" if row.target is None else f">= {row.target:g}x",
-            row.verdict,
-        )
-        for row in rows
-    ]
-    widths = [max(len(line[i]) for line in (head, *body)) for i in range(len(head))]
-    right = {2, 3, 4, 5}
-
-    def line(cells: Sequence[str]) -> str:
-        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        return "  ".join(padded).rstrip()
-
-    print(line(head))
-    print("  ".join("-" * w for w in widths))
-    for cells in body:
-        print(line(cells))
 
 
 def filesystem_of(path: Path) -> str:
@@ -252,29 +181,25 @@ def bench_big_put(cfg: Config, work: Path) -> Row:
     with Vault.open(store) as vault:
         vault.put(SCOPE, os.urandom(cfg.big))  # warm-up: connections, directories, writer thread
         raw.put(os.urandom(cfg.big), dir_fsync=False)
-        clear_vault(vault)
+        drop(vault)
         raw.clear()
 
         def ours(rep: int) -> float:
             data = data_for(rep)
-            began = time.perf_counter()
-            vault.put(SCOPE, data)
-            elapsed = time.perf_counter() - began
-            clear_vault(vault)
+            elapsed = timed(lambda: vault.put(SCOPE, data))
+            drop(vault)
             return len(data) / MiB / elapsed
 
         def base(rep: int) -> float:
             data = data_for(rep)
-            began = time.perf_counter()
-            raw.put(data, dir_fsync=False)
-            elapsed = time.perf_counter() - began
+            elapsed = timed(lambda: raw.put(data, dir_fsync=False))
             raw.clear()
             return len(data) / MiB / elapsed
 
         mine, theirs = interleave(cfg.reps, [ours, base])
     raw.close()
     size = cfg.big // MiB
-    return Row("1", f"{size} MiB put", "MiB/s", "put", mine, "raw write+fsync+rename", theirs, 0.85)
+    return Row("1", f"{size} MiB put", "MiB/s", "put", mine, "raw write+fsync+rename", theirs, target=0.85)
 
 
 def bench_big_read(cfg: Config, work: Path) -> Row:
@@ -285,25 +210,20 @@ def bench_big_read(cfg: Config, work: Path) -> Row:
         path = blob_path(store, vault, SCOPE, artifact.artifact_id)
         digest = hashlib.sha256(data).hexdigest()
         assert path.stat().st_size == len(data)
+        mib = len(data) / MiB
         del data
         vault.read_bytes(SCOPE, artifact.artifact_id)  # warm the page cache for both sides
         read_verified(path, digest)
 
         def ours(_rep: int) -> float:
-            began = time.perf_counter()
-            got = vault.read_bytes(SCOPE, artifact.artifact_id)
-            elapsed = time.perf_counter() - began
-            return len(got) / MiB / elapsed
+            return mib / timed(lambda: vault.read_bytes(SCOPE, artifact.artifact_id))
 
         def base(_rep: int) -> float:
-            began = time.perf_counter()
-            got = read_verified(path, digest)
-            elapsed = time.perf_counter() - began
-            return len(got) / MiB / elapsed
+            return mib / timed(lambda: read_verified(path, digest))
 
         mine, theirs = interleave(cfg.reps, [ours, base])
     size = cfg.big // MiB
-    return Row("2", f"{size} MiB verified read", "MiB/s", "read_bytes", mine, "raw read+sha256", theirs, 0.8)
+    return Row("2", f"{size} MiB verified read", "MiB/s", "read_bytes", mine, "raw read+sha256", theirs, target=0.8)
 
 
 class AdkPairs:
@@ -357,42 +277,42 @@ def bench_pairs(cfg: Config, work: Path) -> list[Row]:
         return current[rep]
 
     with Vault.open(store) as vault:
-        for data in payloads(3, MiB):  # warm-up
-            vault.read_bytes(SCOPE, vault.put(SCOPE, data).artifact_id)
-            raw.read_verified(raw.put(data, dir_fsync=True), hashlib.sha256(data).hexdigest())
+
+        def vault_pairs(items: Sequence[bytes]) -> None:
+            for data in items:
+                vault.read_bytes(SCOPE, vault.put(SCOPE, data).artifact_id)
+
+        def raw_pairs(items: Sequence[bytes]) -> None:
+            for data in items:
+                raw.read_verified(raw.put(data, dir_fsync=True), hashlib.sha256(data).hexdigest())
+
+        warm = payloads(3, MiB)
+        vault_pairs(warm)
+        raw_pairs(warm)
         if adk is not None:
             adk.run(-1, payloads(3, MiB))
 
         def ours(rep: int) -> float:
             items = data_for(rep)
-            began = time.perf_counter()
-            for data in items:
-                vault.read_bytes(SCOPE, vault.put(SCOPE, data).artifact_id)
-            return len(items) / (time.perf_counter() - began)
+            return len(items) / timed(lambda: vault_pairs(items))
 
         def base(rep: int) -> float:
             items = data_for(rep)
-            began = time.perf_counter()
-            for data in items:
-                name = raw.put(data, dir_fsync=True)
-                raw.read_verified(name, hashlib.sha256(data).hexdigest())
-            return len(items) / (time.perf_counter() - began)
+            return len(items) / timed(lambda: raw_pairs(items))
 
         def theirs(rep: int) -> float:
             assert adk is not None
             items = data_for(rep)
-            began = time.perf_counter()
-            adk.run(rep, items)
-            return len(items) / (time.perf_counter() - began)
+            return len(items) / timed(lambda: adk.run(rep, items))
 
         contenders: list[Measure] = [ours, base] if adk is None else [ours, base, theirs]
         samples = interleave(cfg.reps, contenders)
     raw.close()
     label = "1 MiB put+read pairs"
-    rows = [Row("3", label, "pairs/s", "ours", samples[0], "raw ceiling", samples[1], 0.8)]
+    rows = [Row("3", label, "pairs/s", "ours", samples[0], "raw ceiling", samples[1], target=0.8)]
     if adk is not None:
         adk.close()
-        rows.append(Row("3a", label, "pairs/s", "ours", samples[0], "ADK FileArtifactService", samples[2], 1.1))
+        rows.append(Row("3a", label, "pairs/s", "ours", samples[0], "ADK FileArtifactService", samples[2], target=1.1))
         rows.append(Row("3b", label, "pairs/s", "raw ceiling", samples[1], "ADK FileArtifactService", samples[2]))
     return rows
 
@@ -437,7 +357,7 @@ def bench_small(cfg: Config, work: Path) -> list[Row]:
     raw.close()
     n = cfg.threads
     return [
-        Row("4", f"{n} threads x 4 KiB puts", "puts/s", "put", many[0], "raw, 1 fsync/put", many[1], 2.0),
+        Row("4", f"{n} threads x 4 KiB puts", "puts/s", "put", many[0], "raw, 1 fsync/put", many[1], target=2.0),
         Row("4a", "1 thread x 4 KiB puts", "puts/s", "put", one[0], "raw, 1 fsync/put", one[1]),
         Row("4b", f"{n} threads x 4 KiB puts", "puts/s", "group commit", many[0], "1 transaction/put", many[2]),
     ]
@@ -447,11 +367,9 @@ def bench_small(cfg: Config, work: Path) -> list[Row]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions and smaller payloads")
-    parser.add_argument("--reps", type=int, default=None, help="repetitions per benchmark (default 7, quick 3)")
-    parser.add_argument("--keep", action="store_true", help="keep the working directory under bench/.work/")
-    parser.add_argument("--strict", action="store_true", help="exit with status 1 if a target is missed")
+    parser = make_parser(
+        __doc__, quick="fewer repetitions and smaller payloads", reps="repetitions per benchmark (default 7, quick 3)"
+    )
     return parser.parse_args(argv)
 
 
@@ -465,12 +383,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg.reps = max(1, args.reps)
 
     with work_dir("run", args.keep) as work:
-        command = "make bench" if not args.quick else ".venv/bin/python bench/capture.py --quick"
-        print(f"refvault capture benchmark: `{command}` (runs .venv/bin/python bench/capture.py)")
-        print(
-            f"machine: {os.cpu_count()} cores, {platform.system()} {platform.release()} {platform.machine()}, "
-            f"Python {platform.python_version()}, refvault {__version__}, google-adk {adk_version() or 'absent'}"
-        )
+        command = command_line("capture.py", argv)
+        if command == command_line("capture.py", []):  # what `make bench` runs first
+            print(f"refvault capture benchmark: `make bench` (runs {command})")
+        else:
+            print(f"refvault capture benchmark: `{command}`")
+        print(machine(f"google-adk {adk_version() or 'absent'}"))
         print(f"disk: {work} on {filesystem_of(work)}")
         print(
             f"method: {cfg.reps} interleaved repetitions per figure (order alternates); medians shown; "
@@ -490,11 +408,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("       3 raw ceiling = temp-write + fsync + rename + directory fsync, then read + SHA-256.")
         print("       3a/3b ADK FileArtifactService never fsyncs: its saves are not durable; ours and raw are.")
         print("       4 raw = each of the threads doing temp-write + fsync + rename + directory fsync per file.")
-        print(f"total time {time.perf_counter() - began:.0f} s; load average at end: {load_average()}")
+        print(total_time(began))
         print("       (the 16-thread benchmark loads the machine itself; a high load at start means other work")
         print("        shared the disk and cores, and the figures are less trustworthy: rerun on a quiet machine)")
-    missed = [row for row in rows if row.verdict == "MISS"]
-    return 1 if args.strict and missed else 0
+    return 1 if args.strict and missed(rows) else 0
 
 
 if __name__ == "__main__":

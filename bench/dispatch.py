@@ -42,7 +42,6 @@ import cProfile
 import hashlib
 import json
 import os
-import platform
 import pstats
 import statistics
 import sys
@@ -51,15 +50,26 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import Measure, blob_path, interleave, load_average, work_dir
+from harness import (
+    SCOPE,
+    Measure,
+    MiB,
+    blob_path,
+    command_line,
+    fmt,
+    interleave,
+    load_average,
+    machine,
+    make_parser,
+    print_columns,
+    read_verified,
+    total_time,
+    work_dir,
+)
 
-from refvault import __version__
-from refvault.model import Scope
 from refvault.toolbox import Observation, Ref, Toolbox
 from refvault.vault.vault import Vault
 
-MiB = 1 << 20
-SCOPE = Scope("bench", "user", "session")
 TARGET_ADDED_US = 50.0
 ARGS_JSON = '{"a": 1, "b": 2}'
 ARGS_DICT = {"a": 1, "b": 2}
@@ -140,12 +150,6 @@ class Row:
         return "PASS" if statistics.median(self.added) < self.target else "MISS"
 
 
-def fmt(value: float) -> str:
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
-
-
 def fmt_ratio(value: float) -> str:
     return f"{value:,.0f}x" if value >= 100 else f"{value:.2f}x"
 
@@ -166,17 +170,7 @@ def print_table(rows: Sequence[Row]) -> None:
         )
         for row in rows
     ]
-    widths = [max(len(line[i]) for line in (head, *body)) for i in range(len(head))]
-    right = {2, 3, 4, 5, 6}
-
-    def line(cells: Sequence[str]) -> str:
-        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        return "  ".join(padded).rstrip()
-
-    print(line(head))
-    print("  ".join("-" * w for w in widths))
-    for cells in body:
-        print(line(cells))
+    print_columns(head, body, right={2, 3, 4, 5, 6})
 
 
 # -- the benchmarks --------------------------------------------------------------------------------------------------
@@ -367,10 +361,7 @@ class Bench:
         def raw_read(_rep: int) -> float:
             began = time.perf_counter()
             for _ in range(calls):
-                with open(path, "rb", buffering=0) as f:
-                    got = f.read()
-                if hashlib.sha256(got).hexdigest() != content_hash:
-                    raise AssertionError("the raw read does not match the content hash")
+                read_verified(path, content_hash)
             return per_call(calls, began)
 
         contenders: list[Measure] = [
@@ -483,12 +474,10 @@ def profile_all(bench: Bench, ref_arguments: str) -> None:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions and calls per sample")
-    parser.add_argument("--reps", type=int, default=None, help="repetitions per benchmark (default 7, quick 3)")
+    parser = make_parser(
+        __doc__, quick="fewer repetitions and calls per sample", reps="repetitions per benchmark (default 7, quick 3)"
+    )
     parser.add_argument("--profile", action="store_true", help="also print a cProfile breakdown of each path")
-    parser.add_argument("--keep", action="store_true", help="keep the working directory under bench/.work/")
-    parser.add_argument("--strict", action="store_true", help="exit with status 1 if a target is missed")
     return parser.parse_args(argv)
 
 
@@ -502,12 +491,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg.reps = max(1, args.reps)
 
     with work_dir("dispatch", args.keep) as work:
-        command = ".venv/bin/python bench/dispatch.py" + (" --quick" if args.quick else "")
-        print(f"refvault dispatch benchmark: `{command}`")
-        print(
-            f"machine: {os.cpu_count()} cores, {platform.system()} {platform.release()} {platform.machine()}, "
-            f"Python {platform.python_version()}, refvault {__version__}"
-        )
+        print(f"refvault dispatch benchmark: `{command_line('dispatch.py', argv)}`")
+        print(machine())
         print(f"store: embedded, {work / 'store'}")
         print(
             f"method: {cfg.reps} interleaved repetitions (order rotates, one warm-up discarded); each sample is "
@@ -540,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 missed = [row for row in rows if row.verdict == "MISS"]
                 if missed and not args.profile:
                     print("       a target was missed: rerun with --profile for a cProfile breakdown")
-                print(f"total time {time.perf_counter() - began:.0f} s; load average at end: {load_average()}")
+                print(total_time(began))
                 if args.profile:
                     print()
                     artifact = vault.list(SCOPE)[0].artifact_id

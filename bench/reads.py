@@ -34,26 +34,38 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
-import platform
 import random
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from harness import interleave, load_average, work_dir
+from harness import (
+    SCOPE,
+    MiB,
+    Row,
+    command_line,
+    drop,
+    fsync_write,
+    interleave,
+    load_average,
+    machine,
+    make_parser,
+    missed,
+    print_table,
+    timed,
+    timed_ms,
+    total_time,
+    work_dir,
+)
 
-from refvault import __version__, read
+from refvault import read
 from refvault.model import Scope
 from refvault.vault.vault import Vault
 
-MiB = 1 << 20
-SCOPE = Scope("bench", "user", "session")
 SEED = 20261129
 PAGE = 1000  # the page reached through cursors
 
@@ -116,6 +128,13 @@ def broad(record: dict[str, Any]) -> bool:
     return record.get("severity") is not None and record.get("severity") != "critical"
 
 
+def parse_all(path: Path) -> None:
+    """The parse baseline: ``json.loads`` every line."""
+    with open(path, "rb") as source:
+        for line in source:
+            json.loads(line)
+
+
 def naive_query(path: Path, predicate: Callable[[dict[str, Any]], bool], limit: int, *, early: bool) -> list[int]:
     """The naive baseline: parse every line with json.loads and filter; the first ``limit`` matching indexes.
 
@@ -135,106 +154,12 @@ def naive_query(path: Path, predicate: Callable[[dict[str, Any]], bool], limit: 
 # -- measurement and reporting ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class Row:
-    """One line of the table. ``kind``: throughput (ours/base, higher is better), speedup (base/ours latency,
-    higher is better) or slowdown (ours/base latency, lower is better)."""
-
-    number: str
-    label: str
-    unit: str
-    ours_name: str
-    ours: list[float]
-    base_name: str
-    base: list[float]
-    kind: str
-    target: float | None = None
-    ratios: list[float] = field(init=False)
-
-    def __post_init__(self) -> None:
-        pairs = zip(self.ours, self.base, strict=True)
-        self.ratios = [b / o if self.kind == "speedup" else o / b for o, b in pairs]
-
-    @property
-    def ratio(self) -> float:
-        return statistics.median(self.ratios)
-
-    @property
-    def verdict(self) -> str:
-        if self.target is None:
-            return "info"
-        ok = self.ratio <= self.target if self.kind == "slowdown" else self.ratio >= self.target
-        return "PASS" if ok else "MISS"
-
-    @property
-    def target_text(self) -> str:
-        if self.target is None:
-            return "-"
-        return f"<= {self.target:g}x" if self.kind == "slowdown" else f">= {self.target:g}x"
-
-
-def fmt(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}" if value >= 10 else f"{value:,.2f}"
-
-
-def print_table(rows: Sequence[Row]) -> None:
-    head = ("#", "benchmark", "measured (median)", "baseline (median)", "ratio", "min..max", "target", "")
-    body = [
-        (
-            row.number,
-            row.label,
-            f"{row.ours_name} {fmt(statistics.median(row.ours))} {row.unit}",
-            f"{row.base_name} {fmt(statistics.median(row.base))} {row.unit}",
-            f"{row.ratio:.2f}x",
-            f"{min(row.ratios):.2f}..{max(row.ratios):.2f}",
-            row.target_text,
-            row.verdict,
-        )
-        for row in rows
-    ]
-    widths = [max(len(line[i]) for line in (head, *body)) for i in range(len(head))]
-    right = {2, 3, 4, 5}
-
-    def line(cells: Sequence[str]) -> str:
-        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
-        return "  ".join(padded).rstrip()
-
-    print(line(head))
-    print("  ".join("-" * w for w in widths))
-    for cells in body:
-        print(line(cells))
-
-
-def timed_ms(call: Callable[[], object]) -> float:
-    began = time.perf_counter()
-    call()
-    return (time.perf_counter() - began) * 1000
-
-
-def fsync_write(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def read_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb", buffering=0) as source:
         while chunk := source.read(MiB):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def drop(vault: Vault, scope: Scope) -> None:
-    """Delete every artifact of ``scope`` and collect the blobs (outside the timed sections)."""
-    for descriptor in vault.list(scope):
-        vault.delete(scope, descriptor.artifact_id)
-    vault.gc(grace=0)
 
 
 def indexes(response: dict[str, Any]) -> list[int]:
@@ -261,16 +186,12 @@ def bench_capture_derive(cfg: Config, work: Path, source: Path, size: int) -> li
         def put(rep: int) -> float:
             scope = Scope(f"capture{rep + 1}", "user", "session")  # fresh tenant: no dedup against earlier reps
             with open(source, "rb") as stream:
-                began = time.perf_counter()
-                vault.put(scope, stream, media_type="application/x-ndjson")
-                elapsed = time.perf_counter() - began
+                elapsed = timed(lambda: vault.put(scope, stream, media_type="application/x-ndjson"))
             drop(vault, scope)
             return mib / elapsed
 
         def raw_write(_rep: int) -> float:
-            began = time.perf_counter()
-            fsync_write(raw_target, data)
-            elapsed = time.perf_counter() - began
+            elapsed = timed(lambda: fsync_write(raw_target, data))
             raw_target.unlink()
             return mib / elapsed
 
@@ -288,22 +209,16 @@ def bench_capture_derive(cfg: Config, work: Path, source: Path, size: int) -> li
             return mib / elapsed
 
         def raw_read(_rep: int) -> float:
-            began = time.perf_counter()
-            read_sha256(source)
-            return mib / (time.perf_counter() - began)
+            return mib / timed(lambda: read_sha256(source))
 
         def parse(_rep: int) -> float:
-            began = time.perf_counter()
-            with open(source, "rb") as stream:
-                for line in stream:
-                    json.loads(line)
-            return mib / (time.perf_counter() - began)
+            return mib / timed(lambda: parse_all(source))
 
         derived, raw_reads, parsed = interleave(cfg.reps, [derive, raw_read, parse])
     return [
-        Row("1", f"capture {mib:,.0f} MiB JSONL", "MiB/s", "put", capture, "raw write+fsync", raw, "throughput"),
-        Row("2", "derive (Parquet)", "MiB/s", "derive", derived, "raw read+sha256", raw_reads, "throughput"),
-        Row("2a", "derive (Parquet)", "MiB/s", "derive", derived, "json.loads all", parsed, "throughput"),
+        Row("1", f"capture {mib:,.0f} MiB JSONL", "MiB/s", "put", capture, "raw write+fsync", raw),
+        Row("2", "derive (Parquet)", "MiB/s", "derive", derived, "raw read+sha256", raw_reads),
+        Row("2a", "derive (Parquet)", "MiB/s", "derive", derived, "json.loads all", parsed),
     ]
 
 
@@ -347,8 +262,9 @@ def bench_queries(cfg: Config, work: Path, source: Path) -> list[Row]:
             ],
             warmup=True,
         )
-        rows.append(Row("3", "first page, selective", "ms", "query", ours, "naive full", full, "speedup", 20.0))
-        rows.append(Row("3a", "first page, selective", "ms", "query", ours, "naive early-stop", early, "speedup"))
+        first = "first page, selective"
+        rows.append(Row("3", first, "ms", "query", ours, "naive full", full, kind="speedup", target=20.0))
+        rows.append(Row("3a", first, "ms", "query", ours, "naive early-stop", early, kind="speedup"))
 
         # -- 4: page 1,000 through cursors vs page 1, in index order and ordered by latency.
         limit = min(100, int(cfg.records * 0.97) // PAGE)  # so that page 1,000 exists (99% match BROAD)
@@ -375,7 +291,8 @@ def bench_queries(cfg: Config, work: Path, source: Path) -> list[Row]:
                 return timed_ms(lambda: read.query(vault, SCOPE, artifact_id, cursor=cursor, **query))
 
             far, one = interleave(cfg.latency_reps, [page_far, page_one], warmup=True)
-            rows.append(Row(number, f"{label}, {name}", "ms", f"page {PAGE}", far, "page 1", one, "slowdown", 1.5))
+            row = Row(number, f"{label}, {name}", "ms", f"page {PAGE}", far, "page 1", one, kind="slowdown", target=1.5)
+            rows.append(row)
     return rows
 
 
@@ -383,18 +300,11 @@ def bench_queries(cfg: Config, work: Path, source: Path) -> list[Row]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="100,000 records and fewer repetitions")
+    parser = make_parser(
+        __doc__, quick="100,000 records and fewer repetitions", reps="repetitions per figure (default 5, quick 3)"
+    )
     parser.add_argument("--records", type=int, default=None, help="records to generate (default 1,000,000)")
-    parser.add_argument("--reps", type=int, default=None, help="repetitions per figure (default 5, quick 3)")
-    parser.add_argument("--keep", action="store_true", help="keep the working directory under bench/.work/")
-    parser.add_argument("--strict", action="store_true", help="exit with status 1 if a target is missed")
     return parser.parse_args(argv)
-
-
-def command_line(argv: Sequence[str] | None) -> str:
-    args = list(sys.argv[1:] if argv is None else argv)
-    return " ".join([".venv/bin/python bench/reads.py", *args])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -406,11 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = Config(records=records, reps=reps, latency_reps=max(reps, 9 if args.quick else 15), naive_reps=reps)
 
     with work_dir("reads", args.keep) as work:
-        print(f"refvault record-read benchmark: `{command_line(argv)}`")
-        print(
-            f"machine: {os.cpu_count()} cores, {platform.system()} {platform.release()} {platform.machine()}, "
-            f"Python {platform.python_version()}, refvault {__version__}"
-        )
+        print(f"refvault record-read benchmark: `{command_line('reads.py', argv)}`")
+        print(machine())
         print(f"work dir: {work}")
         print(f"load average at start: {load_average()}", flush=True)
         began = time.perf_counter()
@@ -444,9 +351,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if records < 1_000_000:
             print("       the targets are set for 1,000,000 records: with fewer, the naive full scan (3) is")
             print("         proportionally cheaper while a first page costs about the same.")
-        print(f"total time {time.perf_counter() - began:.0f} s; load average at end: {load_average()}")
-    missed = [row for row in rows if row.verdict == "MISS"]
-    return 1 if args.strict and missed else 0
+        print(total_time(began))
+    return 1 if args.strict and missed(rows) else 0
 
 
 if __name__ == "__main__":
