@@ -25,8 +25,8 @@ demo: $(CORE)
 	$(BIN)/refvault demo
 
 check: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/mypy src
 
 test: check
@@ -36,10 +36,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/capture.py
 	$(BIN)/python bench/dispatch.py
 	$(BIN)/python bench/reads.py
+	$(BIN)/python bench/materialize.py
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests bench
-	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench examples
+	$(BIN)/ruff check --fix src tests bench examples
 
 clean:
 	rm -rf $(VENV) .refvault .mypy_cache .pytest_cache .ruff_cache

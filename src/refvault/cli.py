@@ -11,6 +11,7 @@
     refvault rm ID                          delete an artifact (its bytes go at the next gc)
     refvault verify                         re-hash every blob; exit 1 on any damage
     refvault gc [--grace S] [--dry-run]     remove expired artifacts and unreferenced bytes
+    refvault mcp proxy [--url URL | -- CMD] serve an MCP server through refvault (binary results by reference)
     refvault demo                           an end-to-end walk on a throwaway store
 
 Conventions:
@@ -918,3 +919,12 @@ def demo(ctx: click.Context, as_json: bool) -> None:
     code = run_demo(_explicit_store(ctx), as_json, open_vault=open_store)
     if code:
         ctx.exit(code)
+
+
+def _attach_integrations() -> None:
+    from refvault.integrations.mcp.cli import mcp as mcp_group
+
+    main.add_command(mcp_group)
+
+
+_attach_integrations()

@@ -1,0 +1,206 @@
+"""``refvault mcp proxy``: serve an MCP server through refvault, so its tool results never carry bytes.
+
+::
+
+    refvault mcp proxy [OPTIONS] -- COMMAND [ARGS...]    upstream over stdio (a command to run)
+    refvault mcp proxy [OPTIONS] --url http://HOST/mcp   upstream over streamable HTTP
+
+Downstream, the proxy serves MCP over its own stdin/stdout, or with
+``--http PORT`` over streamable HTTP at ``http://127.0.0.1:PORT/mcp`` (loopback
+only; ``--http 0`` picks a free port). The line saying what is served goes to
+stderr. Options come before the upstream command (``--`` is optional but
+clearer). Conventions follow :mod:`refvault.cli`: ``--store`` (else
+``$REFVAULT_STORE``, else ``./.refvault``; created if missing, since the proxy
+captures), ``--tenant/--user/--session`` (else ``$REFVAULT_TENANT`` etc., else
+``local``), ``error: <message>`` on stderr with exit 2 for bad input and 1
+otherwise. This module imports neither the MCP SDK nor the vault until the
+command runs, so ``refvault --help`` works without the ``mcp`` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+__all__ = ["mcp"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The key refvault.cli's group-level --store records in ctx.meta (shared by the group's and command's contexts).
+_STORE_KEY = "refvault.store"
+
+
+def _remember_store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value is not None:
+        ctx.meta[_STORE_KEY] = value
+    return value
+
+
+@click.group(name="mcp", context_settings={"help_option_names": ["-h", "--help"]})
+def mcp() -> None:
+    """Model Context Protocol: run MCP servers behind refvault."""
+
+
+def _scope_option(part: str) -> Callable[[F], F]:
+    return click.option(
+        f"--{part}",
+        envvar=f"REFVAULT_{part.upper()}",
+        default="local",
+        show_default=True,
+        show_envvar=True,
+        metavar="NAME",
+        help=f"The {part} of the proxy's scope.",
+    )
+
+
+@mcp.command(
+    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
+    short_help="Serve an MCP server through refvault.",
+)
+@click.option(
+    "--store",
+    type=click.Path(file_okay=False, dir_okay=True, path_type=str),
+    default=None,
+    metavar="PATH",
+    expose_value=False,
+    callback=_remember_store,
+    help="Store directory (default: $REFVAULT_STORE, else ./.refvault); created if missing.",
+)
+@_scope_option("tenant")
+@_scope_option("user")
+@_scope_option("session")
+@click.option("--url", metavar="URL", help="The upstream server's streamable HTTP endpoint (instead of a COMMAND).")
+@click.option(
+    "--http",
+    "http_port",
+    type=click.IntRange(0, 65535),
+    metavar="PORT",
+    help="Serve streamable HTTP on 127.0.0.1:PORT (0: any free port) instead of stdio.",
+)
+@click.option(
+    "--offload-tokens",
+    type=click.IntRange(min=1),
+    default=20_000,
+    show_default=True,
+    help="Text results estimated above this many tokens are stored and shown as a preview.",
+)
+@click.option(
+    "--preview-chars",
+    type=click.IntRange(256, 200_000),
+    default=4_000,
+    show_default=True,
+    help="Bound on each preview of offloaded text.",
+)
+@click.option(
+    "--binary-disclosure",
+    type=click.Choice(["sealed", "model"]),
+    default="sealed",
+    show_default=True,
+    help="Disclosure of stored images, audio and blobs: sealed (by reference only) or model (readable).",
+)
+@click.option("--name", "server_name", metavar="NAME", help="The upstream's name in provenance (default: its own).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] [COMMAND [ARGS]...]")
+@click.pass_context
+def proxy(
+    ctx: click.Context,
+    tenant: str,
+    user: str,
+    session: str,
+    url: str | None,
+    http_port: int | None,
+    offload_tokens: int,
+    preview_chars: int,
+    binary_disclosure: str,
+    server_name: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Serve the MCP server COMMAND (or the one at --url) through refvault.
+
+    Images, audio and embedded blobs in its tool results are stored and
+    replaced by refvault:// resource links; oversized text is stored and
+    replaced by a preview; refvault's read tools are added to its tools.
+    """
+    from refvault.cli import BadInput, CliError, open_store
+    from refvault.errors import InvalidArgument, RefvaultError
+    from refvault.model import Scope
+
+    if command and url is not None:
+        raise click.UsageError("give either --url or a COMMAND, not both")
+    if not command and url is None:
+        raise click.UsageError("give the upstream server: -- COMMAND [ARGS]... (stdio) or --url URL (HTTP)")
+    try:
+        from refvault.integrations.mcp import gateway
+    except ImportError:
+        raise CliError(
+            "the MCP gateway needs the optional 'mcp' extra: pip install 'refvault[mcp]'", "MissingExtra"
+        ) from None
+    try:
+        scope = Scope(tenant, user, session)
+        options = gateway.GatewayOptions(
+            offload_tokens=offload_tokens,
+            preview_chars=preview_chars,
+            binary_disclosure="model" if binary_disclosure == "model" else "sealed",
+            server_name=server_name,
+        )
+    except InvalidArgument as exc:
+        raise BadInput(str(exc), type(exc).__name__) from None
+    try:
+        upstream = gateway.Upstream(command=command, url=url)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    sock = None
+    if http_port is not None:
+        try:
+            sock = gateway.bind_loopback(http_port)
+        except OSError as exc:
+            raise CliError(f"cannot listen on 127.0.0.1:{http_port}: {exc.strerror or exc}", "AddressInUse") from None
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
+    location = ctx.meta.get(_STORE_KEY) or os.environ.get("REFVAULT_STORE") or "./.refvault"
+    try:
+        with open_store(location) as vault:
+            _run(gateway, vault, scope, upstream, options, sock)
+    except RefvaultError as exc:
+        raise CliError(str(exc), type(exc).__name__) from None
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def _run(gateway: Any, vault: Any, scope: Any, upstream: Any, options: Any, sock: Any) -> None:
+    """Run the proxy until the client disconnects (stdio) or it is interrupted (HTTP)."""
+    import anyio
+
+    from refvault.cli import CliError
+
+    served: list[str] = []
+
+    def announce(line: str) -> None:
+        served.append(line)
+        gateway.stderr_line(line)
+
+    try:
+        anyio.run(lambda: gateway.run_proxy(vault, scope, upstream, options, http=sock, announce=announce))
+    except KeyboardInterrupt:
+        return
+    except BaseException as exc:
+        failure = _first_failure(exc)
+        if isinstance(failure, gateway.ToolNameClash):
+            raise CliError(str(failure), "ToolNameClash") from None
+        if isinstance(failure, Exception):
+            what = "stopped" if served else "could not connect to the upstream MCP server"
+            raise CliError(
+                f"the MCP proxy for {upstream.describe()} {what}: {type(failure).__name__}: {failure}",
+                "UpstreamError",
+            ) from None
+        raise
+
+
+def _first_failure(exc: BaseException) -> BaseException:
+    """The first leaf of an exception group (anyio task groups wrap what went wrong)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
