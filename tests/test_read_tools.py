@@ -491,7 +491,7 @@ def test_content_tools_refuse_sealed_artifacts_by_reference(
     assert "sealed" in message
     assert "Ref" in message
     assert CANARY not in message
-    assert vault.derived(scope, artifact_id, record_reads.KIND) is None  # refused before any derivation
+    assert record_reads.derivation_of(vault, scope, artifact_id) is None  # refused before any derivation
 
 
 @pytest.mark.parametrize("mode", MODES)

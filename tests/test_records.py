@@ -20,7 +20,7 @@ from refvault.errors import (
     SealedArtifact,
     UnsupportedRead,
 )
-from refvault.read.records import INDEX, KIND
+from refvault.read.records import INDEX, derivation_of
 from tests.conftest import Clock, Tamper
 
 NDJSON = "application/x-ndjson"
@@ -72,7 +72,7 @@ def test_derive_records_schema_count_and_a_lineage_linked_derivative(vault: Vaul
         "latency_ms": "DOUBLE",
         "code": "BIGINT",
     }
-    derivation = vault.derived(scope, artifact_id, KIND)
+    derivation = derivation_of(vault, scope, artifact_id)
     assert derivation is not None
     assert records.derived_hash == "sha256:" + derivation.digest != records.content_hash
     assert derivation.source.digest == records.content_hash.removeprefix("sha256:")
@@ -114,7 +114,7 @@ def test_a_tampered_derivative_is_an_integrity_error_and_verify_names_the_artifa
     rows = _incidents(3000)  # large enough that the derivative is stored as a blob, not inline
     artifact_id = _put(vault, scope, rows)
     read.derive(vault, scope, artifact_id)
-    derivation = vault.derived(scope, artifact_id, KIND)
+    derivation = derivation_of(vault, scope, artifact_id)
     assert derivation is not None
     record = vault.catalog.blob(derivation.key)
     assert record is not None
@@ -212,7 +212,7 @@ def test_malformed_records_are_refused_without_echoing_them(
         read.query(vault, scope, artifact_id)
     assert CANARY not in str(caught.value)
     assert artifact_id in str(caught.value)
-    assert vault.derived(scope, artifact_id, KIND) is None
+    assert derivation_of(vault, scope, artifact_id) is None
 
 
 def test_reserved_index_field_is_refused(vault: Vault, scope: Scope) -> None:
@@ -228,7 +228,7 @@ def test_non_record_and_sealed_artifacts_are_refused(vault: Vault, scope: Scope)
     sealed = _put(vault, scope, _incidents(), disclosure="sealed")
     with pytest.raises(SealedArtifact, match=r"by reference|Ref"):
         read.query(vault, scope, sealed)
-    assert vault.derived(scope, sealed, KIND) is None
+    assert derivation_of(vault, scope, sealed) is None
 
 
 # -- semantics -------------------------------------------------------------------------------

@@ -687,7 +687,11 @@ def query_command(
     except ValueError:
         raise BadInput('--where must be JSON, e.g. \'{"field": "code", "op": "gt", "value": 499}\'') from None
     order = [
-        {"field": key.rsplit(":", 1)[0], "direction": "desc" if key.endswith(":desc") else "asc"} for key in order_by
+        {
+            "field": key.removesuffix(":desc").removesuffix(":asc"),
+            "direction": "desc" if key.endswith(":desc") else "asc",
+        }
+        for key in order_by
     ]
     with _opened(ctx) as vault:
         answer = records.query(

@@ -17,6 +17,12 @@ Invariants, and where each is enforced and tested:
   derivative's schema (unknown fields, ops or value types are
   :class:`~refvault.errors.InvalidQuery`) and compiled to SQL whose only
   identifiers are quoted schema names and whose values are bound parameters.
+* **Values as the source wrote them, typed.** Dates and times stay strings,
+  UUIDs stay strings, CSV cells are numbers only when written as plain
+  decimal numbers, integers stay exact within 64 bits (CSV: 128). A
+  JSON field that mixes integers and fractions is a double, as in most JSON
+  parsers: integers beyond 2**53 are rounded in answers, while the artifact's
+  bytes keep the exact text.
 * **Two-valued logic.** Every comparison is false when the field is null or
   missing (``is_null`` excepted), so ``not`` means what it says. Nulls sort
   below every value; the record index is always the final tie-breaker.
@@ -47,14 +53,15 @@ import tempfile
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from refvault.catalog.base import Derivation
-from refvault.errors import InvalidArgument, InvalidQuery, StorageError, UnsupportedRead
+from refvault.errors import InvalidArgument, InvalidQuery, NotFound, StorageError, UnsupportedRead
 from refvault.ids import namespace_of
 from refvault.model import Descriptor, Scope
 from refvault.read import cursors
@@ -66,7 +73,7 @@ if TYPE_CHECKING:
 
 __all__ = ["INDEX", "MAX_LIMIT", "RecordSet", "capture_records", "derive", "query", "rotate_cursor_keys"]
 
-KIND = "records.parquet.v1"
+KIND = "records.parquet.v1"  # the derivation kind is KIND + ":" + source format (same bytes, other format: other kind)
 INDEX = "__refvault_index__"
 MAX_LIMIT = 1000
 MAX_ORDER = 8
@@ -88,7 +95,7 @@ _SQL_OPS = {"eq": "=", "ne": "<>", "lt": "<", "lte": "<=", "gt": ">", "gte": ">=
 _NUMBER = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
 _FLOAT = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
 _TEMPORAL = ("DATE", "TIME", "TIMESTAMP", "INTERVAL")
-_CSV_TYPES = "['BOOLEAN', 'BIGINT', 'DOUBLE', 'VARCHAR']"
+_CSV_TYPES = "['BIGINT', 'HUGEINT', 'DOUBLE', 'VARCHAR']"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +148,28 @@ def _ident(name: str) -> str:
 # -- the per-vault engine: DuckDB, scratch space and verified local copies ---------------
 
 
+def _sql_path(path: Path) -> str:
+    """A path as a SQL string literal (quotes doubled)."""
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+@dataclass(slots=True)
+class _Local:
+    view: str
+    path: Path
+    size: int
+    users: int = 0
+
+
 class _Engine:
-    """One DuckDB database per vault, a private scratch directory, and an LRU of verified local derivatives."""
+    """One DuckDB database per vault, a private scratch directory, and an LRU of verified local derivatives.
+
+    A local copy is dropped when it is evicted while no query uses it, when
+    ``gc`` has collected its blob (:meth:`after_gc`), and when the vault
+    closes or the process exits (a finalizer removes the scratch directory).
+    """
+
+    STRIPES = 64
 
     def __init__(self, max_bytes: int = 4 << 30) -> None:
         import duckdb
@@ -151,11 +178,15 @@ class _Engine:
         self.db = duckdb.connect(":memory:")
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._local: OrderedDict[tuple[str, str], tuple[str, int]] = OrderedDict()  # key -> (view, size)
-        self._fetching: dict[tuple[str, str], threading.Lock] = {}
+        self._local: OrderedDict[tuple[str, str], _Local] = OrderedDict()
+        self._stripes = [threading.Lock() for _ in range(self.STRIPES)]
+        self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.root), True)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        return self.db.cursor()
+        try:
+            return self.db.cursor()
+        except Exception as exc:  # duckdb.ConnectionException once closed
+            raise StorageError(f"the record query engine is closed ({type(exc).__name__})") from None
 
     @contextlib.contextmanager
     def scratch(self) -> Iterator[Path]:
@@ -166,44 +197,71 @@ class _Engine:
             shutil.rmtree(path, ignore_errors=True)
 
     def once(self, key: tuple[str, str]) -> threading.Lock:
-        with self._lock:
-            return self._fetching.setdefault(key, threading.Lock())
+        """A lock serialising work on one key (striped: bounded however many keys there are)."""
+        return self._stripes[hash(key) % self.STRIPES]
 
-    def view(self, vault: Vault, scope: Scope, artifact_id: str, derivation: Derivation) -> str:
-        """The name of a DuckDB view over a verified local copy of ``derivation`` (fetched once)."""
+    @contextlib.contextmanager
+    def view(self, vault: Vault, scope: Scope, artifact_id: str, derivation: Derivation) -> Iterator[str]:
+        """A DuckDB view over a verified local copy of ``derivation`` (fetched once), held while in use."""
         key = (derivation.key.namespace, derivation.digest)
         with self.once(key):
             with self._lock:
-                if key in self._local:
+                local = self._local.get(key)
+                if local is not None:
                     self._local.move_to_end(key)
-                    return self._local[key][0]
-            path = self.root / f"{key[0]}-{key[1]}.parquet"
-            tmp = path.with_suffix(".part")
-            _, stream = vault.open_derived(scope, artifact_id, KIND)
-            with stream, open(tmp, "wb") as out:
-                for chunk in stream.iter_chunks():  # each chunk verified before it is handed out
-                    out.write(chunk)
-            tmp.rename(path)
-            name = f"rv_{key[0]}_{key[1]}"
-            with self.db.cursor() as cur:
-                cur.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{path}')")
+                    local.users += 1
+            if local is None:
+                local = self._fetch(vault, scope, artifact_id, derivation, key)
+        try:
+            yield local.view
+        finally:
             with self._lock:
-                self._local[key] = (name, derivation.size)
+                local.users -= 1
                 self._evict()
-            return name
 
-    def _evict(self) -> None:
-        total = sum(size for _, size in self._local.values())
-        while total > self.max_bytes and len(self._local) > 1:
-            (namespace, digest), (name, size) = self._local.popitem(last=False)
-            with self.db.cursor() as cur:
-                cur.execute(f"DROP VIEW IF EXISTS {name}")
-            (self.root / f"{namespace}-{digest}.parquet").unlink(missing_ok=True)
-            total -= size
+    def _fetch(
+        self, vault: Vault, scope: Scope, artifact_id: str, derivation: Derivation, key: tuple[str, str]
+    ) -> _Local:
+        path = self.root / f"{key[0]}-{key[1]}.parquet"
+        tmp = path.with_suffix(".part")
+        _, stream = vault.open_derived(scope, artifact_id, derivation.kind)
+        with stream, open(tmp, "wb") as out:
+            for chunk in stream.iter_chunks():  # each chunk verified before it is handed out
+                out.write(chunk)
+        tmp.rename(path)
+        local = _Local(f"rv_{key[0]}_{key[1]}", path, derivation.size, users=1)
+        with self.cursor() as cur:
+            cur.execute(f"CREATE OR REPLACE VIEW {local.view} AS SELECT * FROM read_parquet({_sql_path(path)})")
+        with self._lock:
+            self._local[key] = local
+        return local
+
+    def _evict(self, *, keep: Callable[[tuple[str, str]], bool] | None = None) -> None:
+        """Drop idle copies: least recently used first while over budget, or every one ``keep`` rejects."""
+        total = sum(local.size for local in self._local.values())
+        for key, local in list(self._local.items()):
+            over = total > self.max_bytes and keep is None
+            if local.users or not (over or (keep is not None and not keep(key))):
+                continue
+            del self._local[key]
+            total -= local.size
+            with contextlib.suppress(Exception), self.db.cursor() as cur:
+                cur.execute(f"DROP VIEW IF EXISTS {local.view}")
+            local.path.unlink(missing_ok=True)
+
+    def after_gc(self, vault: Vault) -> None:
+        """Drop local copies of derivatives whose blobs ``gc`` collected (retention reaches the cache too)."""
+        from refvault.blobs.base import BlobKey
+
+        with self._lock:
+            self._evict(keep=lambda key: vault.catalog.has_blob(BlobKey(*key)))
 
     def close(self) -> None:
-        self.db.close()
-        shutil.rmtree(self.root, ignore_errors=True)
+        with contextlib.suppress(Exception):  # a query still running is interrupted by the close
+            self.db.interrupt()
+        with contextlib.suppress(Exception):
+            self.db.close()
+        self._cleanup()
 
 
 def _engine(vault: Vault) -> _Engine:
@@ -268,6 +326,18 @@ def _format_of(descriptor: Descriptor) -> str:
     return fmt
 
 
+def kind_for(media_type: str) -> str | None:
+    """The derivation kind of a record media type (None for other media types)."""
+    fmt = _FORMATS.get(base_type(media_type))
+    return None if fmt is None else f"{KIND}:{fmt}"
+
+
+def derivation_of(vault: Vault, scope: Scope, artifact_id: str) -> Derivation | None:
+    """The record derivative recorded for an artifact visible in ``scope``, if one was built."""
+    kind = kind_for(vault.describe(scope, artifact_id).media_type)
+    return None if kind is None else vault.derived(scope, artifact_id, kind)
+
+
 def derive(vault: Vault, scope: Scope, artifact_id: str) -> RecordSet:
     """Build (once) the Parquet derivative of a record artifact and return what it holds.
 
@@ -277,11 +347,12 @@ def derive(vault: Vault, scope: Scope, artifact_id: str) -> RecordSet:
     """
     descriptor = readable(vault, scope, artifact_id)
     fmt = _format_of(descriptor)
-    derivation = vault.derived(scope, artifact_id, KIND)
+    kind = f"{KIND}:{fmt}"
+    derivation = vault.derived(scope, artifact_id, kind)
     if derivation is None:
         engine = _engine(vault)
         with engine.once((namespace_of(scope.tenant), descriptor.content_hash)):  # per tenant: no shared waits
-            derivation = vault.derived(scope, artifact_id, KIND) or _build(vault, scope, descriptor, fmt, engine)
+            derivation = vault.derived(scope, artifact_id, kind) or _build(vault, scope, descriptor, fmt, engine)
     return _record_set(descriptor, derivation)
 
 
@@ -308,8 +379,9 @@ def _build(vault: Vault, scope: Scope, descriptor: Descriptor, fmt: str, engine:
         target = work / "derived.parquet"
         try:
             with engine.cursor() as cur:
-                fields = _convert(cur, fmt, source, target, empty=descriptor.size == 0)
-                count = int(cur.execute(f"SELECT count(*) FROM read_parquet('{target}')").fetchone()[0])  # type: ignore[index]
+                fields = _convert(cur, fmt, source, target, empty=_is_empty(fmt, source))
+                row = cur.execute(f"SELECT count(*) FROM read_parquet({_sql_path(target)})").fetchone()
+                count = 0 if row is None else int(row[0])
         except duckdb.Error as exc:
             # DuckDB's messages quote the offending input: only the error class leaves.
             raise UnsupportedRead(
@@ -318,7 +390,7 @@ def _build(vault: Vault, scope: Scope, descriptor: Descriptor, fmt: str, engine:
             ) from None
         info = {"format": fmt, "count": count, "fields": [list(pair) for pair in fields], "version": 1}
         with open(target, "rb") as data:
-            return vault.put_derived(scope, descriptor.artifact_id, KIND, data, info)
+            return vault.put_derived(scope, descriptor.artifact_id, f"{KIND}:{fmt}", data, info)
 
 
 _FORMAT_NAMES = {
@@ -329,19 +401,52 @@ _FORMAT_NAMES = {
 }
 
 
+def _is_empty(fmt: str, source: Path) -> bool:
+    """No records at all: an empty file, or a JSON document that is just ``[]``."""
+    size = source.stat().st_size
+    if size == 0:
+        return True
+    return fmt == "json" and size <= 4096 and source.read_bytes().strip() == b"[]"
+
+
 def _source_sql(cur: duckdb.DuckDBPyConnection, fmt: str, source: Path) -> str:
-    path = str(source).replace("'", "''")
+    path = _sql_path(source)
     if fmt == "csv":
-        return f"read_csv('{path}', header=true, auto_type_candidates={_CSV_TYPES}, sample_size=-1)"
+        # text/csv is comma-separated (RFC 4180): no delimiter sniffing; booleans stay the text they are;
+        # a column is a number only if every value is written as a plain decimal number.
+        options = "header=true, delim=',', quote='\"', escape='\"'"
+        detect = f"read_csv({path}, {options}, auto_type_candidates={_CSV_TYPES}, sample_size=-1)"
+        columns = [(str(row[0]), str(row[1])) for row in cur.execute(f"DESCRIBE SELECT * FROM {detect}").fetchall()]
+        numeric = [name for name, kind in columns if _kind(kind) == "number"]
+        as_text = _not_plain_numbers(cur, f"read_csv({path}, {options}, all_varchar=true)", numeric)
+        types = ", ".join(
+            f"'{name.replace(chr(39), chr(39) * 2)}': '{'VARCHAR' if name in as_text else _stored_type(kind)}'"
+            for name, kind in columns
+        )
+        return f"read_csv({path}, {options}, types={{{types}}}, auto_type_candidates={_CSV_TYPES}, sample_size=-1)"
     if fmt == "parquet":
-        return f"read_parquet('{path}')"
+        return f"read_parquet({path})"
     layout = "newline_delimited" if fmt == "ndjson" else "array"
-    detect = f"read_json('{path}', format='{layout}', records=true, sample_size=-1, maximum_depth=2)"
+    detect = f"read_json({path}, format='{layout}', records=true, sample_size=-1, maximum_depth=2)"
     columns = cur.execute(f"DESCRIBE SELECT * FROM {detect}").fetchall()
     spec = ", ".join(
         f"'{str(name).replace(chr(39), chr(39) * 2)}': '{_stored_type(str(kind))}'" for name, kind, *_ in columns
     )
-    return f"read_json('{path}', format='{layout}', records=true, columns={{{spec}}})"
+    return f"read_json({path}, format='{layout}', records=true, columns={{{spec}}})"
+
+
+_PLAIN_NUMBER = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$"
+
+
+def _not_plain_numbers(cur: duckdb.DuckDBPyConnection, text_relation: str, columns: list[str]) -> set[str]:
+    """Columns DuckDB would read as numbers although some value is not a plain number (``0x10``, ``007``)."""
+    if not columns:
+        return set()
+    checks = ", ".join(
+        f"bool_and({_ident(name)} IS NULL OR regexp_full_match({_ident(name)}, '{_PLAIN_NUMBER}'))" for name in columns
+    )
+    row = cur.execute(f"SELECT {checks} FROM {text_relation}").fetchone()
+    return {name for name, plain in zip(columns, row or (), strict=False) if plain is False}
 
 
 def _stored_type(detected: str) -> str:
@@ -353,7 +458,7 @@ def _stored_type(detected: str) -> str:
     integers, become DECIMAL(38, 0) so they stay exact.
     """
     kind = _kind(detected)
-    if kind == "temporal":
+    if kind == "temporal" or detected == "UUID":  # strings that happen to parse: keep them strings
         return "VARCHAR"
     if kind == "other":
         return "JSON"
@@ -365,9 +470,9 @@ def _stored_type(detected: str) -> str:
 def _convert(
     cur: duckdb.DuckDBPyConnection, fmt: str, source: Path, target: Path, *, empty: bool
 ) -> list[tuple[str, str]]:
-    out = str(target).replace("'", "''")
-    if empty and fmt in ("ndjson", "csv"):
-        cur.execute(f"COPY (SELECT 0::BIGINT AS {INDEX} WHERE false) TO '{out}' (FORMAT parquet)")
+    out = _sql_path(target)
+    if empty and fmt in ("ndjson", "csv", "json"):
+        cur.execute(f"COPY (SELECT 0::BIGINT AS {INDEX} WHERE false) TO {out} (FORMAT parquet)")
         return []
     relation = _source_sql(cur, fmt, source)
     fields = [(str(row[0]), str(row[1])) for row in cur.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()]
@@ -377,7 +482,7 @@ def _convert(
     # preserve_insertion_order (DuckDB's default) keeps source order, so row_number() is the record's position.
     cur.execute(
         f"COPY (SELECT (row_number() OVER ()) - 1 AS {INDEX}, * FROM {relation}) "
-        f"TO '{out}' (FORMAT parquet, ROW_GROUP_SIZE 65536, COMPRESSION zstd)"
+        f"TO {out} (FORMAT parquet, ROW_GROUP_SIZE 65536, COMPRESSION zstd)"
     )
     return fields
 
@@ -432,7 +537,7 @@ def capture_records(vault: Vault, scope: Scope, table_or_frame: object, **put_op
         try:
             with engine.cursor() as cur:
                 cur.register("refvault_source", table_or_frame)
-                cur.execute(f"COPY refvault_source TO '{target}' (FORMAT parquet, COMPRESSION zstd)")
+                cur.execute(f"COPY refvault_source TO {_sql_path(target)} (FORMAT parquet, COMPRESSION zstd)")
         except (duckdb.Error, TypeError, ValueError) as exc:
             raise InvalidArgument(f"the table could not be written as Parquet ({type(exc).__name__})") from None
         with open(target, "rb") as data:
@@ -593,7 +698,8 @@ def _check_leaf(records: RecordSet, node: Mapping[str, Any]) -> dict[str, Any]:
 
 def _check_value(name: str, kind: str, value: object) -> Any:
     ok = {
-        "number": _is_int(value) or (isinstance(value, float) and math.isfinite(value)),
+        "number": (_is_int(value) and -(2**127) < value < 2**127)  # type: ignore[operator]
+        or (isinstance(value, float) and math.isfinite(value)),
         "string": isinstance(value, str),
         "bool": isinstance(value, bool),
         "temporal": isinstance(value, str),
@@ -640,34 +746,40 @@ class _Sql:
             return f"coalesce(contains({column}, {self.bind(node['field'], value)}), false)"
         return f"coalesce({column} {_SQL_OPS[op]} {self.bind(node['field'], value)}, false)"
 
-    def after(self, order: Sequence[tuple[str, str]], values: Sequence[Any], index: int) -> str:
-        """Records strictly after the one with sort ``values`` and ``index`` (nulls lowest, index last).
+    def after(self, view: str, order: Sequence[tuple[str, str]], index: int) -> str:
+        """Records strictly after record ``index`` in ``order`` (nulls lowest, the index last).
 
-        Parameters are bound in the order their placeholders appear in the text.
+        The anchor's sort values are read by SQL from the derivative itself, never
+        round-tripped through Python, so every type keeps its full precision.
         """
-        keys = list(zip(order, values, strict=True))
         alternatives = []
-        for position in range(len(keys) + 1):
-            parts = [self._same(name, value) for (name, _), value in keys[:position]]
-            if position < len(keys):
-                (name, direction), value = keys[position]
-                parts.append(self._beyond(name, direction, value))
+        for position in range(len(order) + 1):
+            parts = [self._same(view, name, index) for name, _ in order[:position]]
+            if position < len(order):
+                name, direction = order[position]
+                parts.append(self._beyond(view, name, direction, index))
             else:
                 self.params.append(index)
                 parts.append(f"{INDEX} > ?")
             alternatives.append("(" + " AND ".join(parts) + ")")
         return "(" + " OR ".join(alternatives) + ")"
 
-    def _same(self, name: str, value: Any) -> str:
-        column = _ident(name)
-        return f"({column} IS NULL)" if value is None else f"({column} = {self.bind(name, value)})"
+    def _anchor(self, view: str, name: str, index: int) -> str:
+        self.params.append(index)
+        return f"(SELECT {_ident(name)} FROM {view} WHERE {INDEX} = ?)"
 
-    def _beyond(self, name: str, direction: str, value: Any) -> str:
+    def _same(self, view: str, name: str, index: int) -> str:
+        return f"({_ident(name)} IS NOT DISTINCT FROM {self._anchor(view, name, index)})"
+
+    def _beyond(self, view: str, name: str, direction: str, index: int) -> str:
         column = _ident(name)
-        if value is None:
-            return f"({column} IS NOT NULL)" if direction == "asc" else "false"
-        mark = self.bind(name, value)
-        return f"({column} > {mark})" if direction == "asc" else f"({column} < {mark} OR {column} IS NULL)"
+        if direction == "asc":  # after the anchor: greater, or anything non-null after a null anchor
+            anchor = self._anchor(view, name, index)
+            again = self._anchor(view, name, index)
+            return f"(coalesce({column} > {anchor}, false) OR ({again} IS NULL AND {column} IS NOT NULL))"
+        anchor = self._anchor(view, name, index)  # desc: smaller, or null after a non-null anchor
+        again = self._anchor(view, name, index)
+        return f"(coalesce({column} < {anchor}, false) OR ({again} IS NOT NULL AND {column} IS NULL))"
 
 
 # -- running a query -----------------------------------------------------------------------
@@ -711,11 +823,12 @@ def query(
     ring = _ring(vault)
     position = {} if cursor is None else cursors.check(ring, cursor, now=vault.clock(), binding=binding)
     engine = _engine(vault)
-    derivation = vault.derived(scope, artifact_id, KIND)
-    assert derivation is not None  # derive() recorded it; it lives as long as the source blob
-    view = engine.view(vault, scope, artifact_id, derivation)
-    run = _Run(engine, view, records, selection, position, max_seconds, max_scan)
-    page = run.ordered() if selection.order else run.by_index()
+    derivation = vault.derived(scope, artifact_id, f"{KIND}:{records.source_format}")
+    if derivation is None:  # collected between derive() and now: the artifact itself is gone
+        raise NotFound(artifact_id)
+    with engine.view(vault, scope, artifact_id, derivation) as view:
+        run = _Run(engine, view, records, selection, position, max_seconds, max_scan)
+        page = run.ordered() if selection.order else run.by_index()
     vault.audit_read("query", scope, descriptor)
     next_cursor = None
     if page.next_position is not None:
@@ -792,8 +905,10 @@ class _Run:
                 rows = cur.execute(text, sql.params).fetchall()
             except duckdb.InterruptException:
                 raise _Interrupted from None
-            except duckdb.ConversionException:
+            except (duckdb.ConversionException, duckdb.InvalidInputException):
                 raise InvalidQuery("a value in the selector cannot be converted to its field's type") from None
+            except duckdb.ConnectionException:
+                raise StorageError("the vault was closed while the query ran") from None
             finally:
                 timer.cancel()
         return [(int(row[0]), self._record(row[1:])) for row in rows]
@@ -845,8 +960,7 @@ class _Run:
         predicate = self._where(sql, self.sel.start, end)
         after = self.position.get("after")
         if after is not None:
-            values = self._sort_values(int(after))
-            predicate += " AND " + sql.after(self.sel.order, values, int(after))
+            predicate += " AND " + sql.after(self.view, self.sel.order, int(after))
         order_by = ", ".join(
             f"{_ident(name)} {'ASC NULLS FIRST' if direction == 'asc' else 'DESC NULLS LAST'}"
             for name, direction in self.sel.order
@@ -866,14 +980,6 @@ class _Run:
         rows = rows[: self.sel.limit]
         next_position = {"after": rows[-1][0], "end": end} if more else None
         return _Page(rows, end - self.sel.start, not partial, next_position, omissions)
-
-    def _sort_values(self, index: int) -> list[Any]:
-        columns = ", ".join(_ident(name) for name, _ in self.sel.order)
-        with self.engine.cursor() as cur:
-            row = cur.execute(f"SELECT {columns} FROM {self.view} WHERE {INDEX} = ?", [index]).fetchone()
-        if row is None:
-            raise StorageError("a cursor's position is not in the derivative")  # signed by us: cannot happen
-        return list(row)
 
 
 def _plain(value: Any, sql_type: str) -> Any:

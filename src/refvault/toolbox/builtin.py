@@ -93,7 +93,7 @@ def describe(vault: Vault, scope: Scope, artifact_id: str) -> dict[str, Any]:
         reads.append("read_artifact (lines, byte_range, pattern)")
     if is_records(descriptor.media_type):
         reads.append("query_artifact (where, fields, order, limit, record_range, cursor)")
-        derivation = vault.derived(scope, artifact_id, record_reads.KIND)
+        derivation = record_reads.derivation_of(vault, scope, artifact_id)
         if derivation is not None:
             info = derivation.info
             answer["records"] = {"count": info["count"], "fields": dict(info["fields"])}

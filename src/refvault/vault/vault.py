@@ -28,6 +28,7 @@ Invariants, and where each is enforced and tested:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -169,7 +170,8 @@ class Vault:
         """A per-vault object owned by a layer above the vault (e.g. the record query engine), made once.
 
         Upper layers keep their caches here rather than in module globals; an
-        attachment with a ``close()`` method is closed when the vault closes.
+        attachment with a ``close()`` method is closed when the vault closes,
+        and one with ``after_gc(vault)`` is called after every ``gc``.
         """
         with self._attach_lock:
             if self._closed:
@@ -265,12 +267,15 @@ class Vault:
             self._closed = True
             attachments = list(self._attachments.values())
             self._attachments.clear()
-        for attachment in attachments:
-            close = getattr(attachment, "close", None)
-            if callable(close):
-                close()
-        self.catalog.close()
-        self.blobs.close()
+        try:
+            for attachment in attachments:
+                close = getattr(attachment, "close", None)
+                if callable(close):
+                    with contextlib.suppress(Exception):  # one attachment must not keep the store open
+                        close()
+        finally:
+            self.catalog.close()
+            self.blobs.close()
 
     def __enter__(self) -> Vault:
         return self
@@ -543,6 +548,13 @@ class Vault:
             # Collecting a source drops its derivations: collect the derivatives it orphaned now.
             self._collect(sorted(self.catalog.unreferenced(grace)), grace, dry_run, report)
         report.temporaries_removed = self.blobs.sweep_temp(grace, dry_run=dry_run)
+        if not dry_run:
+            with self._attach_lock:
+                attachments = list(self._attachments.values())
+            for attachment in attachments:  # e.g. local copies of collected derivatives
+                after_gc = getattr(attachment, "after_gc", None)
+                if callable(after_gc):
+                    after_gc(self)
         return report
 
     def _collect(self, candidates: Sequence[BlobKey], grace: float, dry_run: bool, report: GcReport) -> None:
