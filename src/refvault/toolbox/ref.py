@@ -57,12 +57,26 @@ class DispatchFrame:
     readable through the frame, including reads that were already in flight.
     """
 
-    __slots__ = ("_bytes", "_cached", "_closed", "_descriptors", "_lock", "_streams", "run_id", "scope", "vault")
+    __slots__ = (
+        "_bytes",
+        "_cached",
+        "_closed",
+        "_descriptors",
+        "_lock",
+        "_streams",
+        "protect",
+        "run_id",
+        "scope",
+        "vault",
+    )
 
-    def __init__(self, vault: Vault, scope: Scope, run_id: str | None) -> None:
+    def __init__(
+        self, vault: Vault, scope: Scope, run_id: str | None, protect: Callable[[str, bytes], None] | None = None
+    ) -> None:
         self.vault = vault
         self.scope = scope
         self.run_id = run_id
+        self.protect = protect
         self._descriptors: dict[str, Descriptor] = {}
         self._bytes: dict[str, bytes] = {}
         self._cached = 0
@@ -97,6 +111,8 @@ class DispatchFrame:
             data = self._bytes.get(artifact_id)
         if data is None:
             data = self._vault_call(lambda: self.vault.read_bytes(self.scope, artifact_id), artifact_id)
+            if self.protect is not None:  # the leak guard learns every value resolved by reference
+                self.protect(artifact_id, data)
             with self._lock:
                 if self._closed:  # the call ended while we were reading: hand out nothing
                     data = None
@@ -111,6 +127,8 @@ class DispatchFrame:
     def open(self, artifact_id: str) -> ArtifactStream:
         self._require(artifact_id)
         stream = self._vault_call(lambda: self.vault.stream(self.scope, artifact_id), artifact_id)
+        if self.protect is not None:
+            stream.on_chunk(_chunk_protector(self.protect, artifact_id))
         with self._lock:
             if not self._closed:
                 self._streams.append(stream)
@@ -138,6 +156,22 @@ class DispatchFrame:
 
     def __repr__(self) -> str:
         return f"DispatchFrame(refs={sorted(self._descriptors)}, closed={self._closed})"
+
+
+PROTECT_OVERLAP = 4096  # >= the guard's min_match: a span crossing a chunk edge lies whole in one protected piece
+
+
+def _chunk_protector(protect: Callable[[str, bytes], None], artifact_id: str) -> Callable[[int, bytes], None]:
+    """Protect a stream's chunks as they are read, each with the tail of the chunk before it."""
+    previous: dict[int, bytes] = {}
+
+    def observe(offset: int, chunk: bytes) -> None:
+        head = previous.get(offset, b"")
+        protect(artifact_id, head + chunk)
+        previous.clear()
+        previous[offset + len(chunk)] = chunk[-PROTECT_OVERLAP:]
+
+    return observe
 
 
 _FRAME: ContextVar[DispatchFrame | None] = ContextVar("refvault_dispatch_frame", default=None)

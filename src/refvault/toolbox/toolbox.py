@@ -165,11 +165,15 @@ class Toolbox:
         read_tools: bool = True,
         offload_tokens: int | None = DEFAULT_OFFLOAD_TOKENS,
         preview_chars: int = DEFAULT_PREVIEW_CHARS,
+        guard: Any = DEFAULT,
     ) -> None:
         """``read_tools`` registers describe/list/read/query/load_artifacts; offloading needs them.
 
         ``offload_tokens`` is the default threshold above which a result is
         offloaded (None: never); ``preview_chars`` bounds each preview.
+        ``guard`` is the :class:`~refvault.guard.LeakGuard` that learns every
+        value a tool reads by reference (default: one made on first use;
+        None: none). Check outgoing model requests with ``box.guard.check``.
         """
         if offload_tokens is not None and (not isinstance(offload_tokens, int) or offload_tokens < 1):
             raise ValueError("offload_tokens must be a positive integer or None")
@@ -182,6 +186,7 @@ class Toolbox:
         self.read_tools = read_tools
         self.offload_tokens = offload_tokens if read_tools else None
         self.preview_chars = preview_chars
+        self._guard = guard
         self._tools: dict[str, _Tool] = {}
         self._sinks: list[Callable[[ToolEvent], None]] = []
         self._runs: OrderedDict[str | None, deque[ToolEvent]] = OrderedDict()
@@ -193,6 +198,22 @@ class Toolbox:
                 self._tools[function.__name__] = dataclasses.replace(
                     _build_tool(function, name=None, description=None, context="ctx"), builtin=True
                 )
+
+    @property
+    def guard(self) -> Any:
+        """The leak guard protecting what this Toolbox's tools read by reference (None if disabled)."""
+        if self._guard is DEFAULT:
+            with self._lock:
+                if self._guard is DEFAULT:
+                    from refvault.guard import LeakGuard
+
+                    self._guard = LeakGuard()
+        return self._guard
+
+    def _protect(self, artifact_id: str, data: bytes) -> None:
+        guard = self.guard
+        if guard is not None:
+            guard.protect(artifact_id, data)
 
     def instructions(self, scope: Scope) -> str:
         """System-instruction text listing the artifacts ``load_artifacts`` can load in ``scope``."""
@@ -402,7 +423,7 @@ class Toolbox:
                 validated = tool.arguments.model_validate(dict(arguments))
         except (ValidationError, TypeError, ValueError) as exc:
             return self._refused(name, run_id, tool_call_id, _validation_message(exc), "BadArguments")
-        frame = DispatchFrame(self.vault, scope, run_id)
+        frame = DispatchFrame(self.vault, scope, run_id, None if self._guard is None else self._protect)
         try:
             refs = bind_refs(validated, frame)
         except BadRef as exc:

@@ -173,6 +173,11 @@ class ArtifactStream(io.RawIOBase):
         self._pos = 0
         self._chunk_index = -1
         self._chunk = b""
+        self._observer: Callable[[int, bytes], None] | None = None
+
+    def on_chunk(self, observer: Callable[[int, bytes], None]) -> None:
+        """Call ``observer(offset, chunk)`` with each verified chunk as it is loaded (e.g. to protect it)."""
+        self._observer = observer
 
     @property
     def size(self) -> int:
@@ -210,6 +215,8 @@ class ArtifactStream(io.RawIOBase):
                     self._guard()  # e.g. the artifact expired while the stream was open
                 self._chunk = self._blob.chunk(index)
                 self._chunk_index = index
+                if self._observer is not None:
+                    self._observer(index * self._blob.chunk_size, self._chunk)
             start = self._pos - index * self._blob.chunk_size
             piece = self._chunk[start : start + len(target) - filled]
             target[filled : filled + len(piece)] = piece
