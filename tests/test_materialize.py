@@ -14,8 +14,10 @@ import copy
 import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
+import urllib.parse
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -29,6 +31,7 @@ from refvault import AsyncVault, AuditRecord, Scope, Vault
 from refvault.blobs.filesystem import FilesystemBlobStore
 from refvault.content import Limits, materialize, sniff_media_type
 from refvault.content.materialize import idempotency_key, safe_filename
+from refvault.content.scrub import Scrubber
 from refvault.content.sniff import classify, extension_for
 from refvault.errors import (
     EmptyPart,
@@ -152,17 +155,24 @@ def all_spellings(data: bytes) -> list[str]:
     return sorted({standard, urlsafe, standard.rstrip("="), urlsafe.rstrip("=")})
 
 
+def informative(window: str) -> bool:
+    """Windows with fewer than 4 distinct characters (zero bytes: 'AAAA...') are never replaced (scrub.py)."""
+    return len(set(window)) >= 4
+
+
 def assert_no_base64(projection: Any, parts: list[bytes]) -> None:
-    """Neither the base64 of any stored part, nor any 64-character window of it, is in the JSON projection."""
+    """Neither the base64 of any stored part, nor any informative 64-character window of it, is in the projection."""
     dumped = json.dumps(wire(projection), ensure_ascii=False)
     strings = _strings(wire(projection))
     for data in parts:
         for spelling in all_spellings(data):
             assert spelling not in strings, "a string still equals a stored part's base64"
-            if len(spelling) >= 16:
+            if len(spelling) >= 16 and informative(spelling):
                 assert spelling not in dumped, "a stored part's base64 survived projection"
             for start in range(len(spelling) - 63):
-                assert spelling[start : start + 64] not in dumped, f"a 64-character window at {start} survived"
+                window = spelling[start : start + 64]
+                if informative(window):
+                    assert window not in dumped, f"a 64-character window at {start} survived"
 
 
 def _strings(value: Any) -> set[str]:
@@ -1028,3 +1038,381 @@ def test_error_messages_carry_no_content(vault: Vault, scope: Scope) -> None:
         with pytest.raises(InvalidResult) as caught:
             run(vault, scope, result({"type": "image", "data": bad, "mimeType": "image/png"}))
         assert encoded[:32] not in str(caught.value)
+
+
+# -- copies in other spellings, and only the copy (refvault.content.scrub) -----------------------------------------
+
+SECRET = PNG + hashlib.shake_256(b"secret").digest(3000)
+SECRET_B64 = b64(SECRET)
+
+
+def scrubbed(text: str, *others: bytes) -> str:
+    """``text`` after scrubbing with SECRET (and ``others``) stored as <0>, <1>, ..."""
+    parts = [(b64(data), f"<{n}>") for n, data in enumerate((SECRET, *others))]
+    return str(Scrubber(parts)(text))
+
+
+def percent(text: str) -> str:
+    return text.replace("+", "%2B").replace("/", "%2F").replace("=", "%3D")
+
+
+@pytest.mark.parametrize(
+    ("spelled", "expected"),
+    [
+        (lambda e: f"see {e} ok", "see <0> ok"),
+        (lambda e: f"see data:image/png;name=a.png;base64,{e} ok", "see <0> ok"),
+        (lambda e: "x " + "\n".join(e[i : i + 57] for i in range(0, len(e), 57)) + " y", "x <0> y"),
+        (lambda e: "x " + "\r\n".join(e[i : i + 60] for i in range(0, len(e), 60)) + " y", "x <0> y"),
+        (lambda e: "x " + "\n    ".join(e[i : i + 64] for i in range(0, len(e), 64)) + " y", "x <0> y"),
+        (lambda e: "x " + "\\n".join(e[i : i + 76] for i in range(0, len(e), 76)) + " y", "x <0> y"),
+        (lambda e: f"x {e.replace('+', '-').replace('/', '_').rstrip('=')} y", "x <0> y"),
+        (lambda e: f'{{"img": "{e.replace("/", chr(92) + "/")}"}}', '{"img": "<0>"}'),
+        (lambda e: f'{{"img": "{e.replace("+", chr(92) + "u002B")}"}}', '{"img": "<0>"}'),
+        (
+            lambda e: f"https://v.example/?src={percent('data:image/png;base64,' + e)}&z=1",
+            "https://v.example/?src=<0>&z=1",
+        ),
+        (lambda e: f"a {e[500:1500]} b", "a <0> b"),
+        (lambda e: f"a {e[:63]} b", "a <0> b"),
+    ],
+    ids=[
+        "inline",
+        "data-url",
+        "wrapped-57",
+        "wrapped-60-crlf",
+        "wrapped-indented",
+        "wrapped-json-escaped",
+        "url-safe-unpadded",
+        "json-escaped-slash",
+        "json-escaped-plus",
+        "percent-encoded-data-url",
+        "middle",
+        "63-characters",
+    ],
+)
+def test_copies_in_other_spellings_are_replaced_and_nothing_else(spelled: Any, expected: str) -> None:
+    assert scrubbed(spelled(SECRET_B64)) == expected
+
+
+def test_a_copy_split_into_list_chunks_is_replaced() -> None:
+    chunks = [SECRET_B64[i : i + 20] for i in range(0, len(SECRET_B64), 20)]
+    got = Scrubber([(SECRET_B64, "<0>")])({"chunks": ["before", 7, *chunks, 8, "after"]})
+    assert got["chunks"][:3] == ["before", 7, "<0>"]
+    assert set(got["chunks"][3:-2]) == {""}
+    assert got["chunks"][-2:] == [8, "after"]
+
+
+def test_unrelated_base64_around_a_copy_is_kept() -> None:
+    other = b64(hashlib.shake_256(b"other").digest(300)).rstrip("=")
+    copy_ = SECRET_B64[200:1000]
+    assert other[-1] != SECRET_B64[199]  # no accidental one-character overlap on either side
+    assert other[0] != SECRET_B64[1000]
+    assert scrubbed(other + copy_ + other) == other + "<0>" + other
+    assert scrubbed(other) == other
+
+
+def test_low_information_spans_are_kept() -> None:
+    silence = WAV_HEAD + bytes(3000)
+    text_ = "poly-A: " + "A" * 200 + " zeros: " + "0" * 100
+    assert str(Scrubber([(b64(silence), "<0>")])(text_)) == text_
+    assert str(Scrubber([(b64(silence), "<0>")])(b64(silence)[:120])) == "<0>", "informative: the header is there"
+
+
+def test_short_parts_are_found_inside_text_and_tiny_parts_only_whole() -> None:
+    short, tiny = hashlib.shake_256(b"short").digest(20), b"\x01\x02\x03"
+    scrub = Scrubber([(b64(short), "<s>"), (b64(tiny), "<t>")])
+    assert scrub(f"x {b64(short)} y") == "x <s> y"
+    assert scrub(b64(tiny)) == "<t>"
+    assert scrub(f"x {b64(tiny)} y") == f"x {b64(tiny)} y"
+
+
+def test_the_first_of_two_identical_parts_wins() -> None:
+    scrub = Scrubber([(SECRET_B64, "<0>"), (SECRET_B64, "<1>")])
+    assert scrub(["x " + SECRET_B64 + " y", SECRET_B64]) == ["x <0> y", "<0>"]
+
+
+def test_direct_and_indexed_searches_agree() -> None:
+    """A few texts are searched with str.find; many against a large part make the scrubber build its index."""
+    rng = random.Random(7)
+    big = b64(PNG + hashlib.shake_256(b"big").digest(200_000))
+    fillers = [b64(rng.randbytes(rng.randrange(0, 600))).rstrip("=") for _ in range(60)]
+    copies = []
+    for _ in range(60):
+        start = rng.randrange(0, len(big) - 100)
+        copies.append(big[start : start + rng.randrange(63, 1200)])
+    texts = [f"{filler}.{copy_}.{filler}" for filler, copy_ in zip(fillers, copies, strict=True)]
+    direct = Scrubber([(big, "<0>")])
+    one_by_one = [direct(text_) for text_ in texts[:3]]
+    assert direct._long is not None
+    assert direct._long._index is None, "a few short texts are searched directly"
+    indexed = Scrubber([(big, "<0>")])
+    together = [indexed(text_) for text_ in texts]
+    assert indexed._long is not None
+    assert indexed._long._index is not None, "many are searched with an index"
+    assert together[:3] == one_by_one
+    for text_, filler in zip(together, fillers, strict=True):
+        assert text_ == f"{filler}.<0>.{filler}"
+
+
+@st.composite
+def spelled_copies(draw: st.DrawFn) -> tuple[bytes, str]:
+    data = PNG + draw(st.binary(min_size=60, max_size=2000))
+    encoded = b64(data)
+    start = draw(st.integers(0, len(encoded) - 64))
+    piece = encoded[start : start + draw(st.integers(64, len(encoded)))]
+    how = draw(st.sampled_from(["plain", "wrapped", "urlsafe", "percent", "json"]))
+    if how == "wrapped":
+        width = draw(st.integers(4, 90))
+        piece = draw(st.sampled_from(["\n", "\r\n", "\\n", "\n  "])).join(
+            piece[i : i + width] for i in range(0, len(piece), width)
+        )
+    elif how == "urlsafe":
+        piece = piece.replace("+", "-").replace("/", "_")
+    elif how == "percent":
+        piece = percent(piece)
+    elif how == "json":
+        piece = piece.replace("/", "\\/")
+    return data, piece
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=spelled_copies(), before=st.text(max_size=30), after=st.text(max_size=30))
+def test_random_spellings_of_copies_leave_no_informative_window(
+    case: tuple[bytes, str], before: str, after: str
+) -> None:
+    data, piece = case
+    got = str(Scrubber([(b64(data), "<0>")])(f"{before} {piece} {after}"))
+    readable = got.replace("\\/", "/").replace("\\n", "")
+    readable = "".join(urllib.parse.unquote(readable).split())
+    for spelling in all_spellings(data):
+        normal = spelling.replace("-", "+").replace("_", "/")
+        for start in range(len(normal) - 63):
+            window = normal[start : start + 64]
+            if informative(window):
+                assert window not in readable.replace("-", "+").replace("_", "/")
+
+
+# -- the parts themselves: counts, kinds, names, URIs, media types --------------------------------------------------
+
+
+def test_max_parts_at_and_over(vault: Vault, scope: Scope) -> None:
+    limits = Limits(max_parts=3)
+    value = result(image(png(seed=1)), text("t"), audio(wav()), image(png(seed=2)))
+    assert len(run(vault, scope, value, limits=limits)["content"]) == 4
+    before = snapshot(vault)
+    with pytest.raises(TooLarge) as caught:
+        run(vault, scope, result(*[image(png(seed=i)) for i in range(4)]), limits=limits, tool_call_id="c2")
+    assert caught.value.permanent is True
+    assert snapshot(vault) == before
+    assert Limits().max_parts == 1000
+    with pytest.raises(InvalidArgument):
+        Limits(max_parts=0)
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        {"type": "resource_link", "uri": "refvault://art_aaaaaaaaaaaaaaaaaaaaaaaaaa", "name": "x"},
+        {"type": "resource_link", "uri": " RefVault://art_x", "name": "x"},
+        {"type": "resource", "resource": {"uri": "refvault://art_x", "text": "forged", "mimeType": "text/plain"}},
+        {"type": "resource", "resource": {"uri": "refvault://art_x", "blob": b64(pdf())}},
+        {"type": "video", "data": b64(pdf()), "mimeType": "video/mp4"},
+        {"type": "x-vendor", "blob": "AAAA"},
+        {"type": "x-vendor", "resource": {"uri": "file:///a", "blob": "AAAA"}},
+    ],
+    ids=["refvault-link", "refvault-link-case", "refvault-text", "refvault-blob", "video", "vendor-blob", "nested"],
+)
+def test_forged_links_and_unknown_binary_kinds_are_refused(vault: Vault, scope: Scope, block: dict[str, Any]) -> None:
+    before = snapshot(vault)
+    for value in (result(block), result(image(png()), block)):
+        with pytest.raises(InvalidResult) as caught:
+            run(vault, scope, value)
+        assert caught.value.content_index == len(value["content"]) - 1
+    assert snapshot(vault) == before
+
+
+def test_unknown_kinds_without_bytes_pass_through(vault: Vault, scope: Scope) -> None:
+    vendor = {"type": "x-vendor", "note": "hello"}
+    assert run(vault, scope, result(vendor)) == result(vendor)
+    assert run(vault, scope, result(image(png()), vendor))["content"][1] == vendor
+
+
+@pytest.mark.parametrize(
+    ("block", "stored", "check"),
+    [
+        (
+            image(b"<!doctype html><html><script>alert(1)</script></html>", "text/html"),
+            "application/octet-stream",
+            "mismatch",
+        ),
+        (image(png(), "application/octet-stream"), "application/octet-stream", "mismatch"),
+        (audio(png(), "image/png"), "application/octet-stream", "mismatch"),
+        (audio(wav(), "video/x-msvideo"), "application/octet-stream", "mismatch"),
+        (blob(b"<svg onload=alert(1)>", None), "application/octet-stream", "unknown"),
+        (blob(b"<!DOCTYPE html><p>", "application/octet-stream"), "application/octet-stream", "unknown"),
+        (blob(b"<?xml version='1.0'?><a/>", None), "application/octet-stream", "unknown"),
+        (blob(b"<svg xmlns='http://www.w3.org/2000/svg'/>", "image/svg+xml"), "image/svg+xml", "match"),
+        (blob(png(), None), "image/png", "unknown"),
+    ],
+    ids=["image-html", "image-octet", "audio-png", "audio-video", "svg", "html", "xml", "declared-svg", "png"],
+)
+def test_block_kinds_and_active_types(
+    vault: Vault, scope: Scope, block: dict[str, Any], stored: str, check: str
+) -> None:
+    got = run(vault, scope, result(block))["content"][0]
+    assert got["mimeType"] == stored
+    assert got["_meta"]["media_type_check"] == check
+    assert vault.describe(scope, artifact_id_of(got)).media_type == stored
+
+
+@pytest.mark.parametrize(
+    ("uri", "mime", "name"),
+    [
+        ("https://h/invoice.html", "image/png", "invoice.png"),
+        ("https://h/photo.jpeg", "image/jpeg", "photo.jpeg"),
+        ("https://h/photo.PNG", "image/png", "photo.PNG"),
+        ("https://h/photo.png", "image/jpeg", "photo.jpg"),
+        ("https://h/doc.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document", "doc.docx"),
+        ("https://h/notes", "image/png", "notes"),
+        ("https://h/.html", "image/png", ".html.png"),
+        ("https://h/a.png:evil.exe", "image/png", "a.png_evil.png"),
+    ],
+)
+def test_names_keep_an_extension_consistent_with_the_stored_type(
+    vault: Vault, scope: Scope, uri: str, mime: str, name: str
+) -> None:
+    data = JPEG_HEAD + b"\x00" * 40 if mime == "image/jpeg" else png()
+    if mime.startswith("application/vnd"):
+        data = b"PK\x03\x04" + b"\x00" * 60
+    got = run(vault, scope, result(blob(data, mime, uri=uri)))["content"][0]
+    assert got["name"] == name
+    assert vault.describe(scope, artifact_id_of(got)).filename == name
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("file:///x/CON", None),
+        ("file:///x/nul.png", None),
+        ("file:///x/Com1.tar.gz", None),
+        ("file:///x/lpt\u00b9", None),
+        ("file:///x/CONSOLE.txt", "CONSOLE.txt"),
+        ("file:///x/report.pdf.", "report.pdf"),
+        ("file:///x/report.pdf . .", "report.pdf"),
+        ('file:///x/a<b>c|d%3Fe*f".txt', "a_b_c_d_e_f_.txt"),
+        ("file:///x/a.png:evil.exe", "a.png_evil.exe"),
+    ],
+)
+def test_safe_filename_refuses_windows_hostile_names(uri: str, expected: str | None) -> None:
+    assert safe_filename(uri) == expected
+
+
+@pytest.mark.parametrize(
+    ("uri", "recorded"),
+    [
+        ("https://user:pw@Example.COM:8443/a/b.pdf?token=s3cret#p2", "https://example.com:8443/a/b.pdf"),
+        ("file:///reports/q3.pdf", "file:///reports/q3.pdf"),
+        ("urn:isbn:0451450523", "urn:isbn:0451450523"),
+        ("data:application/pdf;base64,JVBERi0x", None),
+        ("DATA:application/pdf;base64,JVBERi0x", None),
+        ("https://[::1]:8080/x", "https://[::1]:8080/x"),
+        ("../../etc/passwd", "../../etc/passwd"),
+        ("https://h/" + "a" * 3000, None),
+    ],
+)
+def test_source_uri_keeps_scheme_host_and_path_only(vault: Vault, scope: Scope, uri: str, recorded: str | None) -> None:
+    got = run(vault, scope, result(blob(pdf(), uri=uri)))["content"][0]
+    descriptor = vault.describe(scope, artifact_id_of(got))
+    assert descriptor.source_version.get("source_uri") == recorded
+    assert got["_meta"].get("source_uri") == recorded
+
+
+def test_names_and_uris_carrying_a_parts_base64_are_not_recorded(vault: Vault, scope: Scope) -> None:
+    data = pdf(3000)
+    encoded = b64(data)
+    uri = "https://h/files/" + encoded[:120].replace("/", "_") + ".pdf?x=" + encoded
+    got = run(vault, scope, result(text("t"), blob(data, uri=uri)))["content"][1]
+    descriptor = vault.describe(scope, artifact_id_of(got))
+    assert got["name"] == descriptor.filename == "content-001.pdf"
+    assert "source_uri" not in descriptor.source_version
+    assert_no_base64(got, [data])
+    with pytest.raises(InvalidResult):
+        run(vault, scope, result(image(data, f"image/png; x={encoded[:200]}")), tool_call_id="c2")
+
+
+def test_resource_meta_is_kept_scrubbed(vault: Vault, scope: Scope) -> None:
+    data = pdf(2000)
+    block = blob(data)
+    block["resource"]["_meta"] = {"pages": 3, "thumb": b64(data)}
+    block["_meta"] = {"block": True}
+    got = run(vault, scope, result(block))["content"][0]
+    assert got["_meta"]["upstream_meta"] == {"block": True}
+    assert got["_meta"]["upstream_resource_meta"] == {"pages": 3, "thumb": got["uri"]}
+
+
+# -- depth, created_at on retry, the event loop --------------------------------------------------------------------
+
+
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_deep_structured_content_is_omitted_and_deep_content_refused(vault: Vault, scope: Scope) -> None:
+    ok = run(vault, scope, result(image(png()), structuredContent={"d": nested(90)}))
+    assert ok["structuredContent"] == {"d": nested(90)}
+    deep = run(vault, scope, result(image(png()), structuredContent={"d": nested(5000)}), tool_call_id="c2")
+    assert "nested more than" in deep["structuredContent"]["refvault_omitted"]
+    text_only = run(vault, scope, result(text("t"), structuredContent=nested(5000)), tool_call_id="c3")
+    assert set(text_only["structuredContent"]) == {"refvault_omitted"}
+    before = snapshot(vault)
+    for value in (result(image(png()), _meta={"d": nested(5000)}), result(image(png(), _meta={"d": nested(500)}))):
+        with pytest.raises(InvalidResult):
+            run(vault, scope, value, tool_call_id="c4")
+    assert snapshot(vault) == before
+
+
+def test_a_retry_after_a_partial_failure_keeps_one_created_at(
+    vault: Vault, scope: Scope, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_put = vault.put
+    calls: list[int] = []
+
+    def failing_third(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            raise StorageError(28, "No space left on device")
+        return real_put(*args, **kwargs)
+
+    value = result(image(png(seed=1)), audio(wav()), blob(pdf()))
+    monkeypatch.setattr(vault, "put", failing_third)
+    with pytest.raises(MaterializationError):
+        run(vault, scope, value)
+    vault.clock.advance(seconds=60)  # type: ignore[attr-defined]
+    monkeypatch.setattr(vault, "put", real_put)
+    content = run(vault, scope, value)["content"]
+    assert len({vault.describe(scope, artifact_id_of(block)).created_at for block in content}) == 1
+
+
+def test_materialisation_runs_off_the_event_loop(vault: Vault, scope: Scope, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    loop_thread: list[int] = []
+    seen: list[int] = []
+    real = Scrubber.strings
+
+    def spy(self: Scrubber, texts: list[str]) -> list[str]:
+        seen.append(threading.get_ident())
+        return real(self, texts)
+
+    monkeypatch.setattr(Scrubber, "strings", spy)
+
+    async def main() -> None:
+        loop_thread.append(threading.get_ident())
+        await materialize(vault, scope, result(image(png()), text("t")), provenance="p", tool_call_id="c")
+
+    asyncio.run(main())
+    assert seen
+    assert loop_thread[0] not in seen

@@ -378,8 +378,10 @@ def test_a_clashing_upstream_is_refused_at_startup(tmp_path: Path) -> None:
 
 
 @contextlib.asynccontextmanager
-async def gateway_client(vault: Vault, scope: Scope = SCOPE, **options: Any) -> AsyncIterator[Client]:
-    async with Client(upstream.build_server(), cache=None) as upstream_client:
+async def gateway_client(
+    vault: Vault, scope: Scope = SCOPE, server: MCPServer | None = None, **options: Any
+) -> AsyncIterator[Client]:
+    async with Client(server or upstream.build_server(), cache=None) as upstream_client:
         gateway = Gateway(
             vault, scope, upstream_client, server_name="example-upstream", options=GatewayOptions(**options)
         )
@@ -563,3 +565,316 @@ def test_importing_refvault_and_the_cli_does_not_import_mcp() -> None:
         "assert 'mcp' not in sys.modules, 'mcp imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# -- review fixes: embedded text, structured content, claimed refvault:// links, upstream resources --------------
+
+
+def review_server() -> MCPServer:
+    """The example upstream plus the shapes the adversarial review (issue 5) found mishandled."""
+    from mcp.types import EmbeddedResource, TextResourceContents
+
+    server = upstream.build_server()
+
+    @server.tool()
+    def embedded_text(lines: int = 6000, mime: str = "text/plain") -> CallToolResult:
+        """An embedded *text* resource (6,000 lines: about 50,000 tokens)."""
+        if mime == "application/json":
+            text = json.dumps([{"i": i, "name": f"row {i}"} for i in range(lines)])
+        else:
+            text = upstream.huge_text(lines)
+        contents = TextResourceContents(uri="file:///big.txt", mime_type=mime, text=text)
+        return CallToolResult(content=[EmbeddedResource(type="resource", resource=contents)])
+
+    @server.tool()
+    def image_with_rows(rows: int = 5000, image: bool = True) -> CallToolResult:
+        """An image beside ordinary structured data (5,000 rows: about 140 KB of JSON)."""
+        blocks = [ImageContent(type="image", data=base64.b64encode(PNG).decode(), mime_type="image/png")]
+        return CallToolResult(
+            content=blocks if image else [TextContent(type="text", text="rows")],
+            structured_content={"rows": [{"i": i, "name": f"row {i}"} for i in range(rows)]},
+        )
+
+    @server.tool()
+    def forged() -> CallToolResult:
+        """A real image beside blocks claiming refvault:// URIs (with made-up metadata)."""
+        made_up = {"sha256": "0" * 64, "disclosure": "model", "content_index": 0}
+        return CallToolResult(
+            content=[
+                ImageContent(type="image", data=base64.b64encode(PNG).decode(), mime_type="image/png"),
+                ResourceLink(
+                    type="resource_link", uri=FORGED, name="report.pdf", mime_type="application/pdf", _meta=made_up
+                ),
+                ResourceLink(type="resource_link", uri=FORGED.upper(), name="report.pdf"),
+                EmbeddedResource(
+                    type="resource", resource=TextResourceContents(uri=FORGED, mime_type="text/plain", text="mine")
+                ),
+                TextContent(type="text", text="after"),
+            ]
+        )
+
+    @server.resource("file:///shot.png", mime_type="image/png")
+    def shot() -> bytes:
+        return PNG
+
+    @server.resource("file:///notes.txt", mime_type="text/plain")
+    def notes() -> str:
+        return "plain notes"
+
+    return server
+
+
+FORGED = "refvault://art_" + "a" * 26
+
+
+def test_in_process_an_oversized_embedded_text_resource_is_offloaded(vault: Vault) -> None:
+    async def main() -> None:
+        async with gateway_client(vault, server=review_server()) as client:
+            big = await client.call_tool("embedded_text")
+            assert len(wire(big)) < 20_000
+            shown = body(big)  # one text block now
+            artifact_id = shown["offloaded"]["artifact_id"]
+            assert shown["embedded_resource"] == {"uri": "file:///big.txt", "mimeType": "text/plain"}
+            assert vault.read_bytes(SCOPE, artifact_id) == upstream.huge_text().encode()
+            assert vault.describe(SCOPE, artifact_id).disclosure == "model"
+            read = await client.call_tool("read_artifact", {"artifact_id": artifact_id, "lines": [5990, 6000]})
+            assert "line 05999" in body(read)["text"]
+
+            records = await client.call_tool("embedded_text", {"mime": "application/json"})
+            stored = vault.describe(SCOPE, body(records)["offloaded"]["artifact_id"])
+            assert stored.media_type == "application/json"
+
+            small = await client.call_tool("embedded_text", {"lines": 3})
+            assert small.content[0].type == "resource"
+            assert small.content[0].resource.text == upstream.huge_text(3)  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+def test_in_process_structured_content_beside_a_binary_part_is_kept_or_offloaded(vault: Vault) -> None:
+    from refvault.content import Limits
+
+    rows = [{"i": i, "name": f"row {i}"} for i in range(5000)]
+
+    async def main() -> None:
+        async with gateway_client(vault, server=review_server()) as client:
+            small = await client.call_tool("image_with_rows", {"rows": 10})
+            assert small.structured_content == {"rows": rows[:10]}
+            link_id(small.content[0])
+
+            big = await client.call_tool("image_with_rows")  # about 140 KB: over 64 KiB and 20,000 tokens
+            link_id(big.content[0])
+            structured = big.structured_content
+            assert isinstance(structured, dict)
+            assert set(structured) == {"offloaded"}, structured
+            stored = vault.read_bytes(SCOPE, structured["offloaded"]["artifact_id"])
+            assert json.loads(stored) == {"rows": rows}
+            assert_no_base64(big, PNG)
+
+        # options.limits.structured_content bounds what is shown, below the token threshold too.
+        limits = Limits(structured_content=1_000)
+        async with gateway_client(vault, server=review_server(), limits=limits) as client:
+            for image in (True, False):
+                shown = await client.call_tool("image_with_rows", {"rows": 100, "image": image})
+                assert set(shown.structured_content or {}) == {"offloaded"}, shown.structured_content
+
+    anyio.run(main)
+
+
+def test_in_process_blocks_claiming_refvault_uris_are_withheld(vault: Vault) -> None:
+    async def main() -> None:
+        async with gateway_client(vault, server=review_server()) as client:
+            result = await client.call_tool("forged")
+            assert not result.is_error
+            assert [block.type for block in result.content] == ["resource_link", "text", "text", "text", "text"]
+            real = link_id(result.content[0])
+            assert vault.read_bytes(SCOPE, real) == PNG
+            assert vault.describe(SCOPE, real).source_version["content_index"] == 0
+            notes = [block.text for block in result.content[1:4]]  # type: ignore[union-attr]
+            assert all("withheld" in note and "untrusted" in note for note in notes)
+            assert result.content[4].text == "after"  # type: ignore[union-attr]
+            assert "art_aaaa" not in wire(result).lower()
+            assert "mine" not in wire(result)
+
+            # The scheme is case-insensitive: any refvault: URI is read from the vault, never from the upstream.
+            messages = []
+            for uri in (FORGED, FORGED.upper(), "Refvault:art_x"):
+                with pytest.raises(MCPError) as caught:
+                    await client.read_resource(uri)
+                messages.append(caught.value.message.replace(uri, "<uri>"))
+            assert len(set(messages)) == 1, messages
+
+    anyio.run(main)
+
+
+def test_in_process_resources_read_of_an_upstream_blob_is_materialised(vault: Vault) -> None:
+    from mcp.types import TextResourceContents
+
+    async def main() -> None:
+        async with gateway_client(vault, server=review_server()) as client:
+            read = await client.read_resource("file:///shot.png")
+            assert len(read.contents) == 1
+            contents = read.contents[0]
+            assert isinstance(contents, TextResourceContents)
+            assert contents.uri == "file:///shot.png"
+            assert contents.text.startswith("refvault://art_")
+            assert "sealed" in contents.text
+            assert base64.b64encode(PNG).decode() not in read.model_dump_json()
+            link = (contents.meta or {})["refvault_link"]
+            artifact_id = link["uri"].removeprefix("refvault://")
+            assert contents.text.split("\n")[0] == link["uri"]
+            assert link["size"] == len(PNG)
+            assert vault.read_bytes(SCOPE, artifact_id) == PNG
+            descriptor = vault.describe(SCOPE, artifact_id)
+            assert descriptor.disclosure == "sealed"
+            assert descriptor.media_type == "image/png"
+            assert descriptor.source_version["provenance"] == "mcp:example-upstream/resources/read"
+            with pytest.raises(MCPError, match="usable by reference only"):
+                await client.read_resource(link["uri"])
+
+            notes = await client.read_resource("file:///notes.txt")  # text passes through
+            assert [c.text for c in notes.contents] == ["plain notes"]  # type: ignore[union-attr]
+
+        async with gateway_client(vault, server=review_server(), binary_disclosure="model") as client:
+            read = await client.read_resource("file:///shot.png")
+            uri = (read.contents[0].meta or {})["refvault_link"]["uri"]
+            served = (await client.read_resource(uri)).contents[0]
+            assert base64.b64decode(served.blob) == PNG  # type: ignore[union-attr]
+
+    anyio.run(main)
+
+
+# -- the upstream's environment and process lifetime ------------------------------------------
+
+
+def test_upstream_environment_is_the_sdk_default_unless_asked() -> None:
+    from refvault.integrations.mcp.gateway import Upstream
+
+    assert Upstream(command=("server",)).environment() is None  # the SDK's safe subset only
+    assert Upstream(command=("server",), env={"A": "1"}).environment() == {"A": "1"}
+    inherited = Upstream(command=("server",), env={"A": "2"}, inherit_env=True).environment()
+    assert inherited == {**os.environ, "A": "2"}
+    with pytest.raises(ValueError, match="not to a URL"):
+        Upstream(url="http://127.0.0.1:9/mcp", env={"A": "1"})
+    with pytest.raises(ValueError, match="not to a URL"):
+        Upstream(url="http://127.0.0.1:9/mcp", inherit_env=True)
+    for bad in ({"": "x"}, {"A=B": "x"}, {"A": "x\0y"}):
+        with pytest.raises(ValueError, match="environment variable"):
+            Upstream(command=("server",), env=bad)
+
+
+PROBE_UPSTREAM = """
+import json, os
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("probe", log_level="WARNING")
+
+@server.tool()
+def pids() -> str:
+    return f"{os.getpid()} {os.getppid()}"
+
+@server.tool()
+def env(names: list[str]) -> str:
+    return json.dumps({name: os.environ.get(name) for name in names})
+
+server.run("stdio")
+"""
+
+
+def test_cli_passes_the_upstream_only_the_environment_asked_for(tmp_path: Path) -> None:
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE_UPSTREAM)
+    env = {**clean_env(), "GW_SECRET_TOKEN": "s3cret", "GW_PASSED": "yes", "REFVAULT_TENANT": "acme"}
+    names = ["GW_SECRET_TOKEN", "GW_PASSED", "GW_SET", "REFVAULT_TENANT", "PATH"]
+
+    async def seen(*options: str) -> dict[str, str | None]:
+        args = [*proxy_args(tmp_path / "store", SCOPE, *options), "--", sys.executable, str(script)]
+        parameters = StdioServerParameters(command=sys.executable, args=args, env=env)
+        async with Client(parameters, cache=None) as client:
+            result = await client.call_tool("env", {"names": names})
+            return json.loads(result.content[0].text)  # type: ignore[union-attr]
+
+    default = anyio.run(seen, "--env", "GW_PASSED", "--env", "GW_SET=set here", "--env", "GW_UNSET")
+    assert default == {
+        "GW_SECRET_TOKEN": None,
+        "GW_PASSED": "yes",
+        "GW_SET": "set here",
+        "REFVAULT_TENANT": None,
+        "PATH": os.environ["PATH"],
+    }
+    inherited = anyio.run(seen, "--inherit-env")
+    assert inherited["GW_SECRET_TOKEN"] == "s3cret"
+    assert inherited["REFVAULT_TENANT"] == "acme"
+
+
+def test_cli_env_flags_need_an_upstream_command() -> None:
+    runner = CliRunner()
+    for flags in (["--env", "A"], ["--inherit-env"]):
+        result = runner.invoke(mcp_group, ["proxy", *flags, "--url", "http://127.0.0.1:9/mcp"])
+        assert result.exit_code == 2
+        assert "not to --url" in result.output
+    bad = runner.invoke(mcp_group, ["proxy", "--env", "=x", "--", "server"])
+    assert bad.exit_code == 2
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def _rpc(process: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
+    assert process.stdin is not None
+    process.stdin.write(json.dumps(message).encode() + b"\n")
+    process.stdin.flush()
+
+
+def _reply(process: subprocess.Popen[bytes], request_id: int) -> dict[str, Any]:
+    assert process.stdout is not None
+    while True:
+        line = process.stdout.readline()
+        assert line, "the proxy closed its stdout"
+        message = json.loads(line)
+        if message.get("id") == request_id:
+            return message  # type: ignore[no-any-return]
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_signalled_stdio_proxy_stops_its_upstream_and_exits_cleanly(tmp_path: Path, signum: str) -> None:
+    """The upstream runs in its own process group, so only the proxy can stop it: on a signal it must."""
+    import signal
+
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE_UPSTREAM)
+    command = [sys.executable, *proxy_args(tmp_path / "store", SCOPE), "--", sys.executable, str(script)]
+    process = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=clean_env()
+    )
+    upstream_pid = None
+    try:
+        client_info = {"name": "test", "version": "0"}
+        _rpc(
+            process,
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": client_info},
+            },
+        )
+        assert "result" in _reply(process, 1)
+        _rpc(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        _rpc(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "pids", "arguments": {}}})
+        upstream_pid, parent = map(int, _reply(process, 2)["result"]["content"][0]["text"].split())
+        assert parent == process.pid
+        process.send_signal(getattr(signal, signum))
+        assert process.wait(timeout=15) == 0
+        deadline = time.monotonic() + 5
+        while _alive(upstream_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(upstream_pid), "the upstream outlived its proxy"
+    finally:
+        stop(process)
+        if upstream_pid is not None and _alive(upstream_pid):
+            os.kill(upstream_pid, 9)

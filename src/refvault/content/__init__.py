@@ -15,47 +15,78 @@ embedded ``resource`` blob block becomes a ``resource_link`` block::
      "mimeType": "<stored media type>", "size": <raw bytes>, "description": "...stored by refvault...",
      "_meta": {"sha256": "<hex>", "content_index": i, "artifact_id": "art_...", "content_type": "image",
                "disclosure": "sealed", "declared_media_type": ..., "detected_media_type": ...,
-               "media_type_check": "match" | "mismatch" | "unknown"}}
+               "media_type_check": "match" | "mismatch" | "unknown",
+               "source_uri": ..., "upstream_meta": {...}, "upstream_resource_meta": {...}}}
+
+(the last three only where the upstream gave them: the embedded resource's
+URI as scheme, host and path; the block's ``_meta``; the resource's ``_meta``,
+each scrubbed).
 
 Invariants, each stated once, with where it is enforced and tested
-(tests in ``tests/test_materialize.py`` run on the memory and embedded backends):
+(``tests/test_materialize.py`` runs on the memory and embedded backends;
+``tests/test_content_review.py`` holds the adversarial review's cases, ``f*``):
 
 * **No bytes reach the model.** After projection no base64 of any stored part
-  remains anywhere in the result: content blocks, text, ``structuredContent``
-  (plain, as a ``data:`` URL, nested, URL-safe or unpadded, truncated or
-  line-wrapped copies), ``_meta`` and annotations; each trace becomes the
-  part's ``refvault://`` URI (``_Scrubber``). ``structuredContent`` over
-  ``Limits.structured_content`` JSON characters after projection is replaced by
-  ``{"refvault_omitted": "<why, and its size>"}``. Tested by
-  ``test_no_base64_anywhere_*``, ``test_structured_content_*`` and the
-  hypothesis test ``test_random_mixes``, which serialise the projection and
-  search it for the base64 and every 64-character window of it.
+  remains anywhere in the result: content blocks, text, ``structuredContent``,
+  ``_meta``, annotations, the link's ``name`` and the recorded ``source_uri``.
+  Copies are found in a normalised view (wrapped at any column, split into a
+  list of chunks, URL-safe, unpadded, percent-encoded, JSON-escaped, as a
+  ``data:`` URL) and exactly the copied span is replaced by the part's
+  ``refvault://`` URI; spans of fewer than 4 distinct characters (runs of zero
+  bytes) are never replaced, as they match ordinary text. How, and at what
+  cost (linear, in bounded memory), is in :mod:`refvault.content.scrub`.
+  ``structuredContent`` over ``Limits.structured_content`` JSON characters
+  after projection, or nested over 100 levels, is replaced by
+  ``{"refvault_omitted": "<why, and its size>"}`` (the gateway passes a large
+  bound and offloads it itself). Tested by ``test_no_base64_anywhere_*``,
+  ``test_structured_content_*``, ``test_copies_in_other_spellings_*``,
+  ``test_random_spellings_of_copies_*``, ``test_direct_and_indexed_searches_agree``,
+  ``test_low_information_spans_are_kept``, ``test_names_and_uris_carrying_*``,
+  the hypothesis test ``test_random_mixes`` and ``test_f1``-``test_f4``, ``test_f19``.
 * **Everything is checked before the first write.** The call's arguments and
-  scope, every block's shape, strict canonical base64 (no whitespace, no
-  URL-safe alphabet, no non-zero padding bits), empty parts, the per-part
-  (64 MiB) and per-result (128 MiB) limits on decoded bytes (computed from the
-  encoded length, so a huge string is refused before it is decoded) and every
-  media type. A refusal is :class:`~refvault.errors.InvalidResult`,
+  scope, the number of binary parts (``Limits.max_parts``, 1000), every
+  block's shape, strict canonical base64 (no whitespace, no URL-safe
+  alphabet, no non-zero padding bits), empty parts, the per-part (64 MiB) and
+  per-result (128 MiB) limits on decoded bytes (computed from the encoded
+  length, so a huge string is refused before it is decoded), every media
+  type, nesting over 100 levels outside ``structuredContent``, blocks of an
+  unknown kind carrying ``data`` or ``blob``, and blocks naming a
+  ``refvault://`` URI (only refvault mints those: an upstream's could pass off
+  any artifact of the session as its output, so the result is refused; the
+  MCP gateway replaces such blocks with a note before materialising). A
+  refusal is :class:`~refvault.errors.InvalidResult`,
   :class:`~refvault.errors.EmptyPart` or :class:`~refvault.errors.TooLarge`,
   never a truncation, and leaves the store unchanged (manifests, blob records,
   blobs and temporaries). Tested by ``test_refusals_write_nothing``,
   ``test_not_a_tool_result``, ``test_bad_call_arguments_write_nothing``,
   ``test_per_part_limit_at_and_over``, ``test_per_result_limit_at_and_over``,
-  ``test_huge_part_is_refused_before_it_is_decoded`` and
-  ``test_a_refusal_later_in_the_result_is_found_before_any_write``.
+  ``test_max_parts_at_and_over``, ``test_huge_part_is_refused_before_it_is_decoded``,
+  ``test_a_refusal_later_in_the_result_is_found_before_any_write``,
+  ``test_forged_links_and_unknown_binary_kinds_are_refused`` and
+  ``test_deep_structured_content_is_omitted_and_deep_content_refused``.
 * **Media types are canonical and neither declared nor detected is trusted
   blindly.** See :mod:`refvault.content.sniff`: a disagreement stores
   ``application/octet-stream`` and records both, in ``source_version`` and in
-  the link's ``_meta``. Tested by ``test_media_type_*``, ``test_sniff_*`` and
-  ``test_classify_and_extensions``.
-* **Filenames are safe.** From an embedded resource's URI: basename only,
-  query and fragment dropped, control/format characters removed, ``.`` and
-  ``..`` refused, capped at 128 characters keeping the extension; otherwise
-  ``content-NNN.<ext>``. Tested by ``test_safe_filename*`` and
+  the link's ``_meta``; an ``image`` block must declare ``image/*`` and an
+  ``audio`` block ``audio/*``; sniffing never promotes undeclared bytes to an
+  active type (HTML, SVG, XML, script). Tested by ``test_media_type_*``,
+  ``test_sniff_*``, ``test_classify_and_extensions`` and
+  ``test_block_kinds_and_active_types``.
+* **Names and URIs are safe.** The filename comes from an embedded resource's
+  URI: basename only, query and fragment dropped, control/format characters
+  removed, characters Windows forbids replaced, trailing dots and spaces
+  dropped, ``.``, ``..`` and Windows device names refused, capped at 128
+  characters keeping the extension, whose extension is made consistent with
+  the stored type; otherwise (or if it carries a part's base64)
+  ``content-NNN.<ext>``. The recorded ``source_uri`` keeps scheme, host and
+  path only, never a ``data:`` URI. Tested by ``test_safe_filename*``,
+  ``test_names_keep_an_extension_*``, ``test_source_uri_*`` and
   ``test_fallback_names_use_the_index_and_the_stored_type``.
-* **One moment, one order.** All parts of one result share one ``created_at``;
-  parts are stored in content order; ``content_index`` is the block's index in
-  ``content``. Tested by ``test_one_created_at_and_content_index``.
+* **One moment, one order.** All parts of one result share one ``created_at``,
+  also across a retry (the first part's replayed capture gives it); parts are
+  stored in content order; ``content_index`` is the block's index in
+  ``content``. Tested by ``test_one_created_at_and_content_index`` and
+  ``test_a_retry_after_a_partial_failure_keeps_one_created_at``.
 * **Idempotent.** Each part's idempotency key is derived from
   (``tool_call_id``, ``content_index``) alone, so a retry returns the same
   artifact ids and stores nothing new (the same id with other bytes is refused).
@@ -66,9 +97,13 @@ Invariants, each stated once, with where it is enforced and tested
   tool call already happened; do not re-issue it). A failure after some parts
   were stored leaves them stored and returns no projection; a retry reuses them.
   Tested by ``test_partial_failure_then_retry``.
-* **Cancellation** is checked before each write and before projection: a
-  cancelled materialisation returns nothing and writes no later part. Tested by
-  ``test_cancellation_between_parts``.
+* **Cancellation** is checked before each write and before projection; a write
+  already in flight (in its thread) is waited for before the cancellation is
+  re-raised, so nothing lands after ``CancelledError`` is seen. Tested by
+  ``test_cancellation_between_parts`` and ``test_f7_*``.
+* **The event loop stays free.** Decoding, sniffing and the projection run in
+  ``asyncio.to_thread``. Tested by ``test_materialisation_runs_off_the_event_loop``
+  and ``test_f5a_*``.
 * **Scoped and sealed.** Parts are stored in the caller's scope (another scope
   gets ``NotFound``), ``sealed`` unless ``disclosure="model"`` is passed.
   Resource links already in the result pass through and are never fetched.

@@ -12,13 +12,14 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar, overload
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from refvault.content.sniff import MediaTypeFacts, classify, extension_for
+from refvault.content.scrub import Scrubber
+from refvault.content.sniff import MediaTypeFacts, classify, extension_for, name_for_type
 from refvault.errors import (
     EmptyPart,
     IdempotencyConflict,
@@ -39,11 +40,12 @@ MiB = 1 << 20
 
 URI_SCHEME = "refvault://"
 FILENAME_MAX = 128  # characters, extension kept
-SOURCE_URI_MAX = 2048  # longer upstream URIs are not recorded (they are often data: URLs)
+SOURCE_URI_MAX = 2048  # longer upstream URIs are not recorded
 PROVENANCE_MAX = 1024
-MIN_SCRUBBED = 16  # base64 shorter than this is replaced only where a whole string equals it
-WINDOW = 32  # runs sharing any 63-character span with a stored part's base64 are replaced
+MAX_DEPTH = 100  # nesting of objects and arrays in a result; deeper is refused (structuredContent: omitted)
+DECODE_CHUNK = 8 * MiB  # base64 characters decoded per call (bounds how long the GIL is held)
 BINARY_KINDS = ("image", "audio")
+KNOWN_KINDS = frozenset({"text", "image", "audio", "resource", "resource_link"})
 
 T = TypeVar("T")
 
@@ -52,18 +54,21 @@ T = TypeVar("T")
 class Limits:
     """Bounds on one tool result. Anything over is refused with :class:`TooLarge`, never truncated.
 
-    ``per_part`` and ``per_result`` count decoded bytes; ``structured_content``
-    bounds ``structuredContent`` after projection, in JSON characters (over it,
-    the value is replaced by a ``refvault_omitted`` note rather than refused:
-    the binary parts themselves were stored).
+    ``per_part`` and ``per_result`` count decoded bytes; ``max_parts`` counts
+    binary parts (each is one durable write); ``structured_content`` bounds
+    ``structuredContent`` after projection, in JSON characters (over it, the
+    value is replaced by a ``refvault_omitted`` note rather than refused: the
+    binary parts themselves were stored; a caller that offloads large values
+    itself passes a large bound here).
     """
 
     per_part: int = 64 * MiB
     per_result: int = 128 * MiB
     structured_content: int = 64 * KiB
+    max_parts: int = 1000
 
     def __post_init__(self) -> None:
-        for name in ("per_part", "per_result", "structured_content"):
+        for name in ("per_part", "per_result", "structured_content", "max_parts"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidArgument(f"Limits.{name} must be a positive integer")
@@ -148,16 +153,16 @@ async def materialize(
     same ``tool_call_id`` returns the same artifact ids and stores nothing new.
     """
     target = vault.vault if isinstance(vault, AsyncVault) else vault
-    wire, rebuild = _wire_form(result)
     _check_call(target, scope, provenance, tool_call_id, run_id, disclosure, limits)
-    parts = _preflight(wire, limits)
+    # Everything CPU-bound (decoding, sniffing, the projection) runs off the event loop.
+    wire, rebuild, parts = await asyncio.to_thread(_prepare, result, limits)
     if not parts:
-        return rebuild(copy.deepcopy(wire))
+        return await asyncio.to_thread(_unchanged, wire, rebuild)
     created_at = target.clock()
     stored: dict[int, Descriptor] = {}
     for part in parts:
         await _checkpoint()
-        stored[part.index] = await _store(
+        descriptor = await _store(
             target,
             scope,
             part,
@@ -168,8 +173,29 @@ async def materialize(
             created_at=created_at,
             already=len(stored),
         )
+        if not stored:
+            # A retry replays the first part with the moment of its first capture: later parts share it.
+            created_at = descriptor.created_at
+        stored[part.index] = descriptor
     await _checkpoint()
-    return rebuild(_project(wire, parts, stored, limits))
+    del part
+    parts = [replace(each, data=b"") for each in parts]  # the bytes are stored: let them go
+    return await asyncio.to_thread(lambda: rebuild(_project(wire, parts, stored, limits)))
+
+
+def _prepare(result: object, limits: Limits) -> tuple[dict[str, Any], Callable[[dict[str, Any]], Any], list[_Part]]:
+    wire, rebuild = _wire_form(result)
+    _check_part_count(wire, limits)
+    return wire, rebuild, _preflight(wire, limits)
+
+
+def _unchanged(wire: dict[str, Any], rebuild: Callable[[dict[str, Any]], Any]) -> Any:
+    """A result with no binary part: an equal copy (a too-deep structuredContent becomes an omission note)."""
+    copied = {
+        key: (_too_deep_note() if key == "structuredContent" and _too_deep(value) else copy.deepcopy(value))
+        for key, value in wire.items()
+    }
+    return rebuild(copied)
 
 
 async def _checkpoint() -> None:
@@ -178,6 +204,27 @@ async def _checkpoint() -> None:
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
     await asyncio.sleep(0)
+
+
+async def _uninterrupted(work: Awaitable[T]) -> T:
+    """Await ``work`` to its end even if cancelled meanwhile; then re-raise the cancellation.
+
+    A write runs in a thread that cancellation cannot stop: reporting
+    ``CancelledError`` while it goes on would let a part land after the caller
+    was told the call was cancelled (and perhaps after it closed the vault).
+    """
+    task = asyncio.ensure_future(work)
+    cancelled: asyncio.CancelledError | None = None
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what the caller hears about
+        raise cancelled
+    return task.result()
 
 
 # -- the two forms of a result --------------------------------------------------------------------------------------
@@ -195,10 +242,14 @@ def _wire_form(result: object) -> tuple[dict[str, Any], Callable[[dict[str, Any]
     def rebuild(projected: dict[str, Any]) -> Any:
         try:
             return kind.model_validate(projected)
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        except (ValueError, RecursionError) as exc:  # pydantic's ValidationError is a ValueError
             raise InvalidResult(f"the projected result is not a valid {kind.__name__}: {type(exc).__name__}") from None
 
-    return result.model_dump(by_alias=True, exclude_none=True, mode="json"), rebuild
+    try:
+        dumped = result.model_dump(by_alias=True, exclude_none=True, mode="json")
+    except (ValueError, RecursionError) as exc:
+        raise InvalidResult(f"the tool result cannot be read: {type(exc).__name__}") from None
+    return dumped, rebuild
 
 
 def _call_tool_result_type() -> type[Any] | None:
@@ -237,11 +288,44 @@ def _check_call(
         raise InvalidArgument("limits must be a refvault.content.Limits")
 
 
+def _check_part_count(wire: Mapping[str, Any], limits: Limits) -> None:
+    """Refuse a result with more binary parts than ``limits.max_parts`` (each would be a durable write)."""
+    content = wire.get("content")
+    if not isinstance(content, list | tuple):
+        return  # _preflight says what is wrong with it
+    count = sum(1 for block in content if _is_binary(block))
+    if count > limits.max_parts:
+        raise TooLarge(
+            f"this result has {count} binary parts, over the limit of {limits.max_parts} parts per result; "
+            "refused, nothing was stored"
+        )
+
+
+def _is_binary(block: object) -> bool:
+    if not isinstance(block, Mapping):
+        return False
+    kind = block.get("type")
+    if kind in BINARY_KINDS:
+        return True
+    resource = block.get("resource")
+    return kind == "resource" and isinstance(resource, Mapping) and "blob" in resource
+
+
 def _preflight(wire: Mapping[str, Any], limits: Limits) -> list[_Part]:
-    """Check every binary part (cheap checks for all, then decoding for all); return them decoded, in order."""
+    """Check every binary part (cheap checks for all, then decoding for all); return them decoded, in order.
+
+    Also refused here, before any write: a result nested deeper than
+    ``MAX_DEPTH`` outside ``structuredContent`` (which is omitted instead), a
+    block of an unknown kind carrying ``data`` or ``blob``, and a block naming a
+    ``refvault://`` URI (only refvault mints those). The number of parts is
+    checked before this (:func:`_check_part_count`).
+    """
     content = wire.get("content")
     if not isinstance(content, list | tuple):
         raise InvalidResult("not a tool result: 'content' must be a list of content blocks")
+    for key, value in wire.items():
+        if key != "structuredContent" and _too_deep(value, 0 if key == "content" else 1):
+            raise InvalidResult(f"the tool result's '{key}' is nested more than {MAX_DEPTH} levels deep; refused")
     located = [found for index, block in enumerate(content) if (found := _locate(index, block)) is not None]
     total = 0
     for found in located:
@@ -253,24 +337,62 @@ def _preflight(wire: Mapping[str, Any], limits: Limits) -> list[_Part]:
                 f"(at content part {found.index}); refused, not truncated",
                 content_index=found.index,
             )
-    return [_decoded(found) for found in located]
+    decoded = [_decoded(found) for found in located]
+    return _named(decoded, located)
+
+
+def _too_deep(value: object, depth: int = 0) -> bool:
+    """True if ``value`` nests objects and arrays more than ``MAX_DEPTH`` levels (checked without recursion)."""
+    stack = [(value, depth)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, Mapping) else item if isinstance(item, list | tuple) else None
+        if children is None:
+            continue
+        if level >= MAX_DEPTH:
+            return True
+        stack.extend((child, level + 1) for child in children if isinstance(child, Mapping | list | tuple))
+    return False
+
+
+def _too_deep_note() -> dict[str, str]:
+    return {"refvault_omitted": f"structuredContent omitted: it is nested more than {MAX_DEPTH} levels deep"}
+
+
+def _is_refvault_uri(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower().startswith("refvault:")
 
 
 def _locate(index: int, block: object) -> _Located | None:
-    """The binary part a content block carries, or None (text, resource links, unknown kinds pass through)."""
+    """The binary part a content block carries, or None (text, resource links and text resources pass through)."""
     if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
         raise InvalidResult(
             f"content part {index} is not a content block (an object with a 'type')", content_index=index
         )
     kind = block["type"]
+    resource = block.get("resource")
+    if _is_refvault_uri(block.get("uri")) or (isinstance(resource, Mapping) and _is_refvault_uri(resource.get("uri"))):
+        raise InvalidResult(
+            f"content part {index} ({kind}) names a refvault:// URI; only refvault mints those (a tool's own "
+            "could name any artifact of the session as its output), so the result is refused",
+            content_index=index,
+        )
     if kind in BINARY_KINDS:
         data, declared = block.get("data"), block.get("mimeType")
         if not isinstance(declared, str):
             raise InvalidResult(f"content part {index} ({kind}) has no mimeType string", content_index=index)
         return _Located(index, kind, _base64_field(index, data), _declared(index, declared), None)
+    if kind not in KNOWN_KINDS:
+        carried = "data" in block or "blob" in block or (isinstance(resource, Mapping) and "blob" in resource)
+        if carried:
+            raise InvalidResult(
+                f"content part {index} is of an unknown kind ({kind[:40]!r}) and carries data or a blob; "
+                "refused rather than passed on (its bytes could reach the model)",
+                content_index=index,
+            )
+        return None
     if kind != "resource":
         return None
-    resource = block.get("resource")
     if not isinstance(resource, Mapping):
         raise InvalidResult(f"content part {index} (resource) has no 'resource' object", content_index=index)
     if "blob" not in resource:
@@ -325,16 +447,22 @@ def _decoded(found: _Located) -> _Part:
     data = _strict_b64decode(found.encoded, index)
     if not data:
         raise EmptyPart(f"content part {index} ({found.kind}) holds no bytes", content_index=index)
-    facts = classify(found.declared, data)
-    source_uri = found.uri if isinstance(found.uri, str) and len(found.uri) <= SOURCE_URI_MAX else None
-    name = safe_filename(found.uri) or f"content-{index:03d}.{extension_for(facts.stored)}"
-    return _Part(index, found.kind, found.encoded, data, facts, name, source_uri)
+    facts = classify(found.declared, data, found.kind)
+    return _Part(index, found.kind, found.encoded, data, facts, "", None)
 
 
 def _strict_b64decode(encoded: str, index: int) -> bytes:
     """Standard-alphabet, padded, canonical base64 only: no whitespace, no URL-safe characters, no stray bits."""
     try:
-        data = binascii.a2b_base64(encoded, strict_mode=True)
+        if len(encoded) <= DECODE_CHUNK:
+            data = binascii.a2b_base64(encoded, strict_mode=True)
+        else:  # in pieces (a multiple of 4 characters each), so no one call holds the GIL for long
+            if "=" in encoded[:-2]:
+                raise binascii.Error("padding before the end")
+            data = b"".join(
+                binascii.a2b_base64(encoded[start : start + DECODE_CHUNK], strict_mode=True)
+                for start in range(0, len(encoded), DECODE_CHUNK)
+            )
     except (binascii.Error, ValueError):
         raise InvalidResult(f"content part {index} is not valid base64", content_index=index) from None
     tail = len(data) % 3 or 3
@@ -345,18 +473,56 @@ def _strict_b64decode(encoded: str, index: int) -> bytes:
     return data
 
 
-# -- filenames ------------------------------------------------------------------------------------------------------
+def _named(parts: list[_Part], located: Sequence[_Located]) -> list[_Part]:
+    """Give each part its display name and recorded source URI: neither may carry any part's base64.
+
+    A name or URI that holds a trace of a part's base64 is dropped (the name
+    falls back to ``content-NNN.<ext>``); a declared media type that does is
+    refused. A name's extension is made consistent with the stored type.
+    """
+    scrub = Scrubber([(part.encoded, "") for part in parts])
+    named = []
+    for part, found in zip(parts, located, strict=True):
+        for media_type in {part.facts.declared, part.facts.stored} - {None}:
+            if scrub.traced(str(media_type)):
+                raise InvalidResult(
+                    f"content part {part.index} declares a media type that carries the base64 of a part",
+                    content_index=part.index,
+                )
+        name = safe_filename(found.uri)
+        if name is not None and scrub.traced(name):
+            name = None
+        if name is None:
+            name = f"content-{part.index:03d}.{extension_for(part.facts.stored)}"
+        else:
+            name = _capped(name_for_type(name, part.facts.stored))
+        source_uri = _source_uri(found.uri)
+        if source_uri is not None and scrub.traced(source_uri):
+            source_uri = None
+        named.append(replace(part, filename=name, source_uri=source_uri))
+    return named
+
+
+# -- filenames and source URIs --------------------------------------------------------------------------------------
 
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+_WINDOWS_FORBIDDEN = re.compile(r'[<>:"|?*]')
+_WINDOWS_DEVICES = frozenset(
+    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "CLOCK$"}
+    | {f"{device}{n}" for device in ("COM", "LPT") for n in [*"0123456789", "\u00b9", "\u00b2", "\u00b3"]}
+)
 
 
 def safe_filename(uri: object) -> str | None:
     """A display filename from an upstream URI: the basename only, cleaned and capped; None if there is none.
 
     Query and fragment are dropped; percent-escapes are decoded before cleaning;
-    control, format and private-use characters are removed; ``.`` and ``..``
-    are refused; at most 128 characters are kept, with the extension. Opaque
-    URIs (``urn:``, ``data:``, ``mailto:``) name no file.
+    control, format and private-use characters are removed; characters Windows
+    forbids (``<>:"|?*``, ``:`` being its stream separator) become ``_``;
+    trailing dots and spaces are removed; ``.``, ``..`` and Windows device names
+    (``CON``, ``nul.png``, ``COM1.txt``...) are refused; at most 128 characters
+    are kept, with the extension. Opaque URIs (``urn:``, ``data:``, ``mailto:``)
+    name no file.
     """
     if not isinstance(uri, str) or not uri or len(uri) > SOURCE_URI_MAX:
         return None
@@ -368,10 +534,11 @@ def safe_filename(uri: object) -> str | None:
         return None  # opaque: urn:isbn:..., data:..., mailto:...
     path = unquote(parts.path, errors="replace")
     base = re.split(r"[/\\]", path)[-1]
-    cleaned = "".join(ch for ch in base if unicodedata.category(ch) not in _UNSAFE_CATEGORIES).strip()
-    if cleaned in {"", ".", ".."} or set(cleaned) == {"."}:
+    cleaned = "".join(ch for ch in base if unicodedata.category(ch) not in _UNSAFE_CATEGORIES)
+    cleaned = _WINDOWS_FORBIDDEN.sub("_", unicodedata.normalize("NFC", cleaned)).strip().rstrip(". ")
+    if not cleaned or cleaned.split(".")[0].rstrip(" ").upper() in _WINDOWS_DEVICES:
         return None
-    return _capped(unicodedata.normalize("NFC", cleaned))
+    return _capped(cleaned)
 
 
 def _capped(name: str) -> str:
@@ -381,6 +548,31 @@ def _capped(name: str) -> str:
     if dot and stem and 0 < len(ext) <= 16:
         return stem[: FILENAME_MAX - len(ext) - 1] + "." + ext
     return name[:FILENAME_MAX]
+
+
+def _source_uri(uri: object) -> str | None:
+    """What is recorded of an upstream URI: scheme, host and path only (no user, query or fragment).
+
+    ``data:`` URIs are never recorded (they are the bytes themselves), nor are
+    URIs over 2048 characters.
+    """
+    if not isinstance(uri, str) or not uri or len(uri) > SOURCE_URI_MAX:
+        return None
+    try:
+        parts = urlsplit(uri.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme == "data":
+        return None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{port}" if port is not None else host
+    kept = urlunsplit((scheme, netloc, parts.path, "", ""))
+    kept = "".join(ch for ch in kept if unicodedata.category(ch) not in _UNSAFE_CATEGORIES)
+    return kept or None
 
 
 # -- storing --------------------------------------------------------------------------------------------------------
@@ -412,21 +604,22 @@ async def _store(
     }
     if part.source_uri is not None:
         source_version["source_uri"] = part.source_uri
+    write = asyncio.to_thread(
+        vault.put,
+        scope,
+        part.data,
+        media_type=part.facts.stored,
+        disclosure=disclosure,
+        tool_call_id=tool_call_id,
+        run_id=run_id,
+        source_version=source_version,
+        completeness={"status": "complete", "omissions": []},
+        filename=part.filename,
+        idempotency_key=idempotency_key(tool_call_id, part.index),
+        created_at=created_at,
+    )
     try:
-        return await asyncio.to_thread(
-            vault.put,
-            scope,
-            part.data,
-            media_type=part.facts.stored,
-            disclosure=disclosure,
-            tool_call_id=tool_call_id,
-            run_id=run_id,
-            source_version=source_version,
-            completeness={"status": "complete", "omissions": []},
-            filename=part.filename,
-            idempotency_key=idempotency_key(tool_call_id, part.index),
-            created_at=created_at,
-        )
+        return await _uninterrupted(write)
     except IdempotencyConflict as exc:
         raise MaterializationError(
             f"content part {part.index} differs from what this tool_call_id stored before ({exc}); "
@@ -447,7 +640,7 @@ async def _store(
 def _project(
     wire: Mapping[str, Any], parts: Sequence[_Part], stored: Mapping[int, Descriptor], limits: Limits
 ) -> dict[str, Any]:
-    scrub = _Scrubber([(part.encoded, URI_SCHEME + stored[part.index].artifact_id) for part in parts])
+    scrub = Scrubber([(part.encoded, URI_SCHEME + stored[part.index].artifact_id) for part in parts])
     by_index = {part.index: part for part in parts}
     projected: dict[str, Any] = {}
     for key, value in wire.items():
@@ -457,13 +650,13 @@ def _project(
                 for i, block in enumerate(value)
             ]
         elif key == "structuredContent":
-            projected[key] = _bounded(scrub(value), limits.structured_content)
+            projected[key] = _too_deep_note() if _too_deep(value) else _bounded(scrub(value), limits.structured_content)
         else:
             projected[scrub(key)] = scrub(value)
     return projected
 
 
-def _link(block: Mapping[str, Any], part: _Part, descriptor: Descriptor, scrub: _Scrubber) -> dict[str, Any]:
+def _link(block: Mapping[str, Any], part: _Part, descriptor: Descriptor, scrub: Scrubber) -> dict[str, Any]:
     artifact_id = descriptor.artifact_id
     meta: dict[str, Any] = {
         "sha256": descriptor.content_hash.removeprefix("sha256:"),
@@ -474,9 +667,12 @@ def _link(block: Mapping[str, Any], part: _Part, descriptor: Descriptor, scrub: 
         **part.facts.as_json(),
     }
     if part.source_uri is not None:
-        meta["source_uri"] = scrub(part.source_uri)
+        meta["source_uri"] = part.source_uri
     if isinstance(block.get("_meta"), Mapping):
         meta["upstream_meta"] = scrub(block["_meta"])
+    resource = block.get("resource")
+    if isinstance(resource, Mapping) and isinstance(resource.get("_meta"), Mapping):
+        meta["upstream_resource_meta"] = scrub(resource["_meta"])
     how = (
         "sealed: usable by reference only (pass the id to a tool that accepts it)"
         if descriptor.disclosure == "sealed"
@@ -513,109 +709,3 @@ def _bounded(value: Any, limit: int) -> Any:
             "the binary parts of this result are stored by refvault (see its resource_link blocks)"
         )
     }
-
-
-_DATA_URL = re.compile(r"data:[^,]{0,256}?;base64,(.*)", re.DOTALL | re.IGNORECASE)
-_B64_SPAN = re.compile(rf"[A-Za-z0-9+/_\-]{{{MIN_SCRUBBED - 2},}}")  # a needle may end in "=="
-_B64_RUN = re.compile(rf"[A-Za-z0-9+/_\-]{{{2 * WINDOW - 1},}}")
-
-
-def _spellings(encoded: str) -> list[str]:
-    """Other spellings of the same bytes a server might use: URL-safe alphabet, unpadded."""
-    urlsafe = encoded.replace("+", "-").replace("/", "_")
-    return [encoded, urlsafe, encoded.rstrip("="), urlsafe.rstrip("=")]
-
-
-class _Scrubber:
-    """Replaces every trace of a stored part's base64 in a JSON-like value by the part's ``refvault://`` URI.
-
-    A string that *is* a part's base64, or a ``data:`` URL of it, becomes the
-    URI; every occurrence inside a longer string is replaced; and any run of
-    base64 characters sharing a span of 63 or more characters with a part's
-    base64 (a truncated copy, a line of MIME-wrapped base64) is replaced whole.
-    The URL-safe and unpadded spellings count too. Base64 shorter than 16
-    characters (parts under 12 bytes) is replaced only where a whole string
-    equals it: shorter needles would match ordinary text.
-
-    The indexes of other spellings and of windows are built on first need, so
-    a result whose other strings hold no long base64 run pays almost nothing.
-    """
-
-    def __init__(self, uris: Sequence[tuple[str, str]]) -> None:
-        self.uris = uris  # (standard spelling, URI), first part first
-        self._by_length: dict[int, list[tuple[str, str]]] = {}
-        for encoded, uri in uris:  # by length, not by hash: hashing megabytes of base64 costs more than storing it
-            self._by_length.setdefault(len(encoded), []).append((encoded, uri))
-        self._exact: dict[str, str] | None = None
-        self._windows: dict[str, str] | None = None
-
-    @property
-    def exact(self) -> dict[str, str]:
-        """Every spelling of every part's base64 -> its URI."""
-        if self._exact is None:
-            self._exact = {}
-            for encoded, uri in self.uris:
-                self._exact.setdefault(encoded, uri)
-                if len(encoded) >= MIN_SCRUBBED:
-                    for spelling in _spellings(encoded):
-                        self._exact.setdefault(spelling, uri)
-        return self._exact
-
-    @property
-    def windows(self) -> dict[str, str]:
-        """Every ``WINDOW``-character window at a multiple of ``WINDOW`` (and the last) of every spelling -> URI.
-
-        A span of ``2 * WINDOW - 1`` characters or more shared with a spelling
-        always contains one of these windows whole.
-        """
-        if self._windows is None:
-            self._windows = {}
-            for needle, uri in reversed(list(self.exact.items())):  # reversed: the first part wins a shared window
-                bare = needle.rstrip("=")  # a run of base64 characters never includes the padding
-                if len(bare) < WINDOW:
-                    continue
-                starts = [*range(0, len(bare) - WINDOW + 1, WINDOW), len(bare) - WINDOW]
-                self._windows.update({bare[i : i + WINDOW]: uri for i in starts})
-        return self._windows
-
-    def __call__(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, Mapping):
-            return {self.text(k) if isinstance(k, str) else k: self(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self(v) for v in value]
-        if isinstance(value, tuple):
-            return tuple(self(v) for v in value)
-        return copy.deepcopy(value)
-
-    def text(self, value: str) -> str:
-        for encoded, uri in self._by_length.get(len(value), ()):
-            if value == encoded:
-                return uri
-        if len(value) < MIN_SCRUBBED or _B64_SPAN.search(value) is None:
-            return value
-        exact = self.exact
-        whole = exact.get(value)
-        if whole is not None:
-            return whole
-        data_url = _DATA_URL.fullmatch(value)
-        if data_url is not None and data_url.group(1) in exact:
-            return exact[data_url.group(1)]
-        for needle, uri in sorted(exact.items(), key=lambda item: -len(item[0])):
-            if len(needle) >= MIN_SCRUBBED and needle in value:
-                value = value.replace(needle, uri)
-        if len(value) < 2 * WINDOW - 1 or _B64_RUN.search(value) is None:
-            return value
-        return _B64_RUN.sub(self._run, value)
-
-    def _run(self, match: re.Match[str]) -> str:
-        run = match.group(0)
-        windows = self.windows
-        if not windows:
-            return run
-        for start in range(len(run) - WINDOW + 1):
-            uri = windows.get(run[start : start + WINDOW])
-            if uri is not None:
-                return uri
-        return run

@@ -17,12 +17,25 @@ their first few bytes (a magic number). Neither is trusted blindly:
   header)
   bytes unrecognised, declared type has no     unknown     the declared type
   definitive signature
-  nothing declared (or octet-stream)           unknown     the detected type, else octet-stream
+  nothing declared (or octet-stream)           unknown     the detected type, unless it is an
+                                                           active type (below); else octet-stream
+  an ``image`` block declaring a non-image     mismatch    ``application/octet-stream``
+  type, an ``audio`` block a non-audio one
   ===========================================  ==========  =========================================
 
 Every case records ``declared_media_type``, ``detected_media_type`` and
 ``media_type_check`` so a reader can see which was trusted and why (tested in
-``tests/test_materialize.py``).
+``tests/test_materialize.py`` and ``tests/test_content_review.py``).
+
+Sniffing only ever *confirms or refuses* a declaration; it never promotes
+opaque or undeclared bytes to an active type a client would render or run
+(HTML, XHTML, SVG, XML, JavaScript: the content-sniffing attack ``nosniff``
+exists to stop). Such bytes are stored as ``application/octet-stream`` with
+the detected type recorded beside it.
+
+:func:`name_for_type` keeps a filename's extension consistent with the stored
+type, so a name cannot reintroduce a type the check refused to trust (an
+``invoice.html`` stored as octet-stream becomes ``invoice.bin``).
 """
 
 from __future__ import annotations
@@ -32,10 +45,29 @@ from typing import Literal
 
 from refvault.model import base_type
 
-__all__ = ["MediaTypeFacts", "classify", "extension_for", "sniff_media_type"]
+__all__ = ["ACTIVE_TYPES", "MediaTypeFacts", "classify", "extension_for", "name_for_type", "sniff_media_type"]
 
 OCTET_STREAM = "application/octet-stream"
 HEAD = 4096  # how many leading bytes sniffing looks at
+
+# Types a client may render or execute: never chosen by sniffing alone.
+ACTIVE_TYPES = frozenset(
+    {
+        "text/html",
+        "application/xhtml+xml",
+        "image/svg+xml",
+        "application/xml",
+        "text/xml",
+        "text/javascript",
+        "application/javascript",
+        "application/x-javascript",
+        "application/ecmascript",
+        "text/ecmascript",
+    }
+)
+
+# The top-level type an MCP block kind promises ("image" blocks carry images, "audio" blocks audio).
+_KIND_TYPES = {"image": "image/", "audio": "audio/"}
 
 MediaTypeCheck = Literal["match", "mismatch", "unknown"]
 
@@ -353,7 +385,29 @@ _EXTENSIONS = {
     "application/wasm": "wasm",
     "application/xml": "xml",
     "application/json": "json",
+    "application/x-ndjson": "ndjson",
+    "application/yaml": "yaml",
+    "application/msword": "doc",
+    "application/vnd.ms-excel": "xls",
+    "application/vnd.ms-powerpoint": "ppt",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": "pptx",
+    "application/vnd.oasis.opendocument.text": "odt",
+    "application/vnd.oasis.opendocument.spreadsheet": "ods",
+    "application/vnd.oasis.opendocument.presentation": "odp",
+    "application/epub+zip": "epub",
+    "application/java-archive": "jar",
+    "application/vnd.android.package-archive": "apk",
+    "application/rtf": "rtf",
+    "application/octet-stream": "bin",
     "text/html": "html",
+    "application/xhtml+xml": "xhtml",
+    "text/markdown": "md",
+    "text/css": "css",
+    "text/javascript": "js",
+    "application/javascript": "js",
+    "text/xml": "xml",
     "text/plain": "txt",
     "text/csv": "csv",
     "font/woff": "woff",
@@ -399,14 +453,21 @@ def _unaliased(declared: str) -> str:
     return declared if registered is None else registered + sep + params
 
 
-def classify(declared: str | None, data: bytes | bytearray | memoryview) -> MediaTypeFacts:
+def classify(declared: str | None, data: bytes | bytearray | memoryview, kind: str | None = None) -> MediaTypeFacts:
     """Decide the stored media type of ``data`` declared as ``declared`` (canonical, or None).
 
-    See the module docstring for the table this implements.
+    ``kind`` is the MCP block kind (``image``, ``audio``, ``resource``): an
+    ``image`` block must declare an ``image/*`` type and an ``audio`` block an
+    ``audio/*`` one, else the declaration is a mismatch. See the module
+    docstring for the table this implements.
     """
     detected = sniff_media_type(data)
+    required = _KIND_TYPES.get(kind or "")
+    if required is not None and declared is not None and not base_type(declared).startswith(required):
+        return MediaTypeFacts(OCTET_STREAM, declared, detected, "mismatch")
     if declared is None or base_type(declared) == OCTET_STREAM:
-        return MediaTypeFacts(detected or OCTET_STREAM, declared, detected, "unknown")
+        promoted = detected if detected is not None and detected not in ACTIVE_TYPES else OCTET_STREAM
+        return MediaTypeFacts(promoted, declared, detected, "unknown")
     if detected is None:
         if _has_definitive_signature(declared):
             return MediaTypeFacts(OCTET_STREAM, declared, None, "mismatch")
@@ -425,3 +486,37 @@ def extension_for(media_type: str) -> str:
         if base.endswith(suffix):
             return ext
     return "bin"
+
+
+# Other spellings of the extensions above (lowercase, without the dot).
+_EXTENSION_ALIASES = {
+    "jpeg": "jpg",
+    "jpe": "jpg",
+    "jfif": "jpg",
+    "tif": "tiff",
+    "htm": "html",
+    "midi": "mid",
+    "aif": "aiff",
+    "aifc": "aiff",
+    "oga": "ogg",
+    "tgz": "gz",
+    "gzip": "gz",
+    "yml": "yaml",
+    "markdown": "md",
+}
+
+
+def name_for_type(name: str, media_type: str) -> str:
+    """``name`` with an extension consistent with the stored ``media_type``.
+
+    A name without an extension is kept; an extension that names another type
+    (or any extension, when the type has none we know) is replaced by the
+    stored type's (``bin`` for ``application/octet-stream``).
+    """
+    stem, dot, ext = name.rpartition(".")
+    if not dot:
+        return name
+    wanted = extension_for(media_type)
+    if stem and _EXTENSION_ALIASES.get(ext.lower(), ext.lower()) == wanted:
+        return name
+    return f"{stem or name}.{wanted}"

@@ -15,6 +15,14 @@ captures), ``--tenant/--user/--session`` (else ``$REFVAULT_TENANT`` etc., else
 ``local``), ``error: <message>`` on stderr with exit 2 for bad input and 1
 otherwise. This module imports neither the MCP SDK nor the vault until the
 command runs, so ``refvault --help`` works without the ``mcp`` extra.
+
+An upstream COMMAND gets only the MCP SDK's safe subset of the environment
+(``HOME``, ``LOGNAME``, ``PATH``, ``SHELL``, ``TERM``, ``USER``) plus each
+``--env NAME`` (taken from this environment; skipped with a warning if unset)
+or ``--env NAME=VALUE`` (beware: visible in the process list); ``--inherit-env``
+passes the whole environment, the proxy's secrets and ``REFVAULT_*`` included.
+SIGINT, SIGTERM (and, over stdio, SIGHUP) stop the proxy with exit status 0
+after its upstream has been shut down.
 """
 
 from __future__ import annotations
@@ -103,6 +111,19 @@ def _scope_option(part: str) -> Callable[[F], F]:
     help="Disclosure of stored images, audio and blobs: sealed (by reference only) or model (readable).",
 )
 @click.option("--name", "server_name", metavar="NAME", help="The upstream's name in provenance (default: its own).")
+@click.option(
+    "--env",
+    "env_vars",
+    multiple=True,
+    metavar="NAME[=VALUE]",
+    help="Pass the environment variable NAME (from this environment, or set to VALUE) to the upstream "
+    "COMMAND; repeatable. By default it gets only HOME, LOGNAME, PATH, SHELL, TERM and USER.",
+)
+@click.option(
+    "--inherit-env",
+    is_flag=True,
+    help="Pass this process's whole environment to the upstream COMMAND (secrets and REFVAULT_* included).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[--] [COMMAND [ARGS]...]")
 @click.pass_context
 def proxy(
@@ -116,6 +137,8 @@ def proxy(
     preview_chars: int,
     binary_disclosure: str,
     server_name: str | None,
+    env_vars: tuple[str, ...],
+    inherit_env: bool,
     command: tuple[str, ...],
 ) -> None:
     """Serve the MCP server COMMAND (or the one at --url) through refvault.
@@ -123,6 +146,11 @@ def proxy(
     Images, audio and embedded blobs in its tool results are stored and
     replaced by refvault:// resource links; oversized text is stored and
     replaced by a preview; refvault's read tools are added to its tools.
+
+    The upstream COMMAND gets only a safe subset of this environment (the MCP
+    SDK's default: HOME, LOGNAME, PATH, SHELL, TERM, USER) plus each --env
+    variable; --inherit-env passes it all. The proxy's own credentials and
+    REFVAULT_* settings are not passed unless asked for.
     """
     from refvault.cli import BadInput, CliError, open_store
     from refvault.errors import InvalidArgument, RefvaultError
@@ -148,8 +176,11 @@ def proxy(
         )
     except InvalidArgument as exc:
         raise BadInput(str(exc), type(exc).__name__) from None
+    if url is not None and (env_vars or inherit_env):
+        raise click.UsageError("--env and --inherit-env apply to an upstream COMMAND, not to --url")
+    env = _environment(env_vars)
     try:
-        upstream = gateway.Upstream(command=command, url=url)
+        upstream = gateway.Upstream(command=command, url=url, env=env, inherit_env=inherit_env)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     sock = None
@@ -170,8 +201,24 @@ def proxy(
             sock.close()
 
 
+def _environment(specs: tuple[str, ...]) -> dict[str, str]:
+    """``--env`` values: ``NAME`` takes NAME from this environment (skipped, with a warning, if unset)."""
+    env: dict[str, str] = {}
+    for spec in specs:
+        name, equals, value = spec.partition("=")
+        if not name or "\0" in spec:
+            raise click.BadParameter(f"{spec!r}: give NAME or NAME=VALUE", param_hint="'--env'")
+        if equals:
+            env[name] = value
+        elif name in os.environ:
+            env[name] = os.environ[name]
+        else:
+            click.echo(f"warning: --env {name}: not set in this environment; not passed", err=True)
+    return env
+
+
 def _run(gateway: Any, vault: Any, scope: Any, upstream: Any, options: Any, sock: Any) -> None:
-    """Run the proxy until the client disconnects (stdio) or it is interrupted (HTTP)."""
+    """Run the proxy until the client disconnects (stdio) or a stop signal (SIGINT, SIGTERM) arrives."""
     import anyio
 
     from refvault.cli import CliError

@@ -13,12 +13,29 @@ HTTP on loopback). Invariants, and where they are tested
   Provenance is ``mcp:<upstream server name>/<tool>``; every call gets a fresh
   ``tool_call_id`` (``mcpgw_<downstream request id>_<uuid4 hex>``), so two calls
   never share artifacts while a retried materialisation of one call dedups.
-* **Oversized text is offloaded.** When the text blocks of a result are
-  estimated above ``offload_tokens`` (20,000 by default), the largest are
-  captured with ``disclosure="model"`` (:func:`refvault.toolbox.offload.offload`)
-  until the rest fits, each replaced by a bounded preview naming the artifact;
-  an oversized ``structuredContent`` is offloaded the same way (its JSON). The
-  model reads more with ``read_artifact``.
+* **Oversized text is offloaded.** When the texts of a result (text blocks and
+  embedded *text* resources) are estimated above ``offload_tokens`` (20,000 by
+  default), the largest are captured with ``disclosure="model"``
+  (:func:`refvault.toolbox.offload.offload`) until the rest fits, each replaced
+  by a bounded preview naming the artifact (an embedded resource becomes a text
+  block holding the preview and the resource's URI and declared media type;
+  JSON is stored as ``application/json``, anything else as UTF-8 text).
+  ``structuredContent`` is offloaded the same way (its JSON) when it is
+  estimated above the threshold or is longer than
+  ``options.limits.structured_content`` characters. The gateway calls
+  ``materialize`` with no bound on ``structuredContent`` (its other limits
+  unchanged) so that structured data beside a binary part is captured here,
+  never replaced by materialize's omission note and stored nowhere. The model
+  reads more with ``read_artifact``.
+* **Only refvault mints refvault:// links.** An upstream block that claims the
+  ``refvault:`` scheme (a ``resource_link`` or an embedded resource, any case)
+  would be indistinguishable from a link refvault made, with whatever ``_meta``
+  the upstream invented, and could pass off any artifact of the scope as its
+  output. Before materialisation each such block is replaced, one for one (so
+  ``content_index`` stays stable), by a text note saying it was withheld as
+  untrusted (its URI is not repeated). ``resources/read`` of any ``refvault:``
+  URI is answered from the vault in the proxy's scope, never forwarded to the
+  upstream, so a claimed id reads exactly as that id would.
 * **Refusals are results, not bytes.** A :class:`~refvault.errors.MaterializationError`
   (bad base64, an empty part, a part over its limit) becomes an ``isError``
   result naming what was refused and why, with none of the result's content.
@@ -44,7 +61,23 @@ HTTP on loopback). Invariants, and where they are tested
   ``max_resource_bytes``); a sealed artifact is refused as usable by reference
   only; an artifact of another scope, a missing one and a malformed id get the
   same not-found error. Any other URI is forwarded to the upstream when it
-  serves resources.
+  serves resources; blob contents in its answer are materialised like a tool
+  result's embedded blob (stored with ``binary_disclosure``, strict base64 and
+  limits, copies of their base64 scrubbed) and come back as text contents whose
+  text starts with the ``refvault://`` URI and whose ``_meta["refvault_link"]``
+  is the link. A client that may read the bytes reads that URI (disclosure
+  ``model``). Text contents pass through (not offloaded: the client asked for
+  that resource by name).
+* **The upstream's environment** (stdio) is the SDK's safe default subset
+  (``HOME``, ``LOGNAME``, ``PATH``, ``SHELL``, ``TERM``, ``USER``) plus what
+  :class:`Upstream` ``env`` names (``--env NAME[=VALUE]``); ``inherit_env``
+  (``--inherit-env``) passes this process's whole environment.
+* **Stopping.** SIGINT and SIGTERM (and SIGHUP over stdio) stop the proxy
+  gracefully in both modes: the SDK client is closed, which stops a stdio
+  upstream (it runs in its own process group, where the signal does not reach
+  it): stdin closed, then SIGTERM and SIGKILL to its group. Over stdio the
+  downstream's stdin is read by a daemon thread, so stopping never waits for
+  the client's next line.
 * **One scope per proxy.** Everything runs in the :class:`~refvault.model.Scope`
   the proxy was started with; the downstream client cannot choose another.
 """
@@ -53,19 +86,25 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import logging
 import os
 import re
+import signal
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import IO, Any, Literal
 from urllib.parse import urlsplit
 
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
 import mcp.types as types
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
@@ -91,6 +130,8 @@ GATEWAY_NAME = "refvault-mcp-proxy"
 RESOURCES_PAGE = 100
 UPSTREAM_PAGES = 100  # cap on upstream tools/list pages: a paginator that never ends cannot hang a listing
 MESSAGE_CHARS = 1000  # cap on upstream error text relayed to the client
+URI_SHOWN = 256  # cap on an upstream URI or media type repeated in a note
+STRUCTURED_UNBOUNDED = sys.maxsize  # materialize's structuredContent bound: the gateway offloads it itself
 
 _INSTRUCTIONS = (
     "Tool results pass through refvault: images, audio and embedded files are stored and shown as "
@@ -114,26 +155,51 @@ class ToolNameClash(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Upstream:
-    """Where the upstream MCP server is: a command to run (stdio) or a URL (streamable HTTP)."""
+    """Where the upstream MCP server is: a command to run (stdio) or a URL (streamable HTTP).
+
+    **Environment of a stdio upstream.** By default the command gets only the
+    SDK's safe subset of this process's environment
+    (:func:`mcp.client.stdio.get_default_environment`: ``HOME``, ``LOGNAME``,
+    ``PATH``, ``SHELL``, ``TERM``, ``USER`` on POSIX) plus ``env``: the proxy's
+    own credentials, tokens and ``REFVAULT_*`` settings are not handed to a
+    server that did not ask for them. ``inherit_env=True`` passes this
+    process's whole environment instead (``env`` still applies on top).
+    """
 
     command: tuple[str, ...] = ()
     url: str | None = None
-    env: Mapping[str, str] | None = None  # stdio only; None: this process's environment
+    env: Mapping[str, str] | None = None  # stdio only: variables set over the SDK's safe default subset
     cwd: str | None = None
+    inherit_env: bool = False  # stdio only: pass this process's whole environment
 
     def __post_init__(self) -> None:
         if bool(self.command) == (self.url is not None):
             raise ValueError("give the upstream as exactly one of a command (stdio) or a URL (streamable HTTP)")
         if self.url is not None and urlsplit(self.url).scheme not in ("http", "https"):
             raise ValueError("the upstream URL must start with http:// or https://")
+        if self.url is not None and (self.env or self.inherit_env):
+            raise ValueError("environment variables apply to an upstream command (stdio), not to a URL")
+        for name, value in (self.env or {}).items():
+            if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+                raise ValueError(f"invalid environment variable name {name!r}")
+            if not isinstance(value, str) or "\0" in value:
+                raise ValueError(f"invalid value for environment variable {name!r}")
 
     def client(self) -> Client:
         """An unconnected SDK client for the upstream (no response cache: listings are always fresh)."""
         if self.url is not None:
             return Client(self.url, cache=None)
-        env = dict(os.environ if self.env is None else self.env)
-        parameters = StdioServerParameters(command=self.command[0], args=list(self.command[1:]), env=env, cwd=self.cwd)
+        parameters = StdioServerParameters(
+            command=self.command[0], args=list(self.command[1:]), env=self.environment(), cwd=self.cwd
+        )
         return Client(parameters, cache=None)
+
+    def environment(self) -> dict[str, str] | None:
+        """What ``StdioServerParameters.env`` gets: merged by the SDK over its safe default subset."""
+        extra = dict(self.env or {})
+        if self.inherit_env:
+            return {**os.environ, **extra}
+        return extra or None
 
     def describe(self) -> str:
         """For messages: the URL, or the command line."""
@@ -148,7 +214,11 @@ class Upstream:
 
 @dataclass(frozen=True, slots=True)
 class GatewayOptions:
-    """How the gateway treats results: offload threshold, preview size, limits, disclosure of binary parts."""
+    """How the gateway treats results: offload threshold, preview size, limits, disclosure of binary parts.
+
+    ``limits.per_part`` and ``limits.per_result`` go to ``materialize``; ``limits.structured_content``
+    is the gateway's own bound on the ``structuredContent`` shown (over it, the value is offloaded).
+    """
 
     offload_tokens: int = 20_000
     preview_chars: int = 4_000
@@ -293,6 +363,7 @@ class Gateway:
                 "nothing of its result is shown"
             )
         provenance = f"mcp:{server}/{name}"
+        result = _withhold_claimed_links(result, server)
         try:
             projected = await materialize(
                 self.vault,
@@ -300,7 +371,7 @@ class Gateway:
                 result,
                 provenance=provenance,
                 tool_call_id=tool_call_id,
-                limits=self.options.limits,
+                limits=self._materialize_limits(),
                 disclosure=self.options.binary_disclosure,
             )
         except MaterializationError as exc:
@@ -312,16 +383,29 @@ class Gateway:
                 f"refvault could not store the result of tool {name!r} from upstream server {server!r} "
                 f"({type(exc).__name__}: {exc}); nothing of the result is shown. The tool did run upstream."
             )
-        if projected.structured_content is not None or any(
-            isinstance(block, types.TextContent) for block in projected.content
-        ):
+        if projected.structured_content is not None or any(_text_of(block) is not None for block in projected.content):
             projected = await asyncio.to_thread(self._offload, projected, name, tool_call_id)
         return _without_server_stamp(projected)
+
+    def _materialize_limits(self) -> Limits:
+        """The options' part limits, with no bound on ``structuredContent``: the gateway offloads it itself.
+
+        ``materialize`` would replace an oversized ``structuredContent`` with an omission note, storing it
+        nowhere; the gateway instead captures it (see :meth:`_offload`), bounded by
+        ``options.limits.structured_content`` as well as by the token threshold.
+        """
+        return dataclasses.replace(self.options.limits, structured_content=STRUCTURED_UNBOUNDED)
 
     # -- offload -----------------------------------------------------------------------
 
     def _offload(self, result: types.CallToolResult, tool: str, tool_call_id: str) -> types.CallToolResult:
-        """Offload the largest text blocks until the rest fit the threshold; offload oversized structured content.
+        """Offload the largest texts until the rest fit the threshold; offload oversized structured content.
+
+        The texts are text blocks and embedded text resources; an offloaded text block keeps its block
+        (its text becomes the preview), an offloaded embedded text resource becomes a text block holding
+        the preview and the resource's URI and media type. ``structuredContent`` is offloaded when its
+        JSON is estimated above the threshold or is longer than ``options.limits.structured_content``
+        characters.
 
         Runs in a worker thread: estimates, JSON encoding and captures are CPU and disk work. The token
         estimate never exceeds two per character, which rules small results out cheaply.
@@ -329,12 +413,12 @@ class Gateway:
         threshold = self.options.offload_tokens
         source = f"mcp:{self.server_name}/{tool}"
         content = list(result.content)
-        texts = {i: block.text for i, block in enumerate(content) if isinstance(block, types.TextContent)}
+        texts = {i: text for i, block in enumerate(content) if (text := _text_of(block)) is not None}
         changed = False
         if 2 * sum(len(text) for text in texts.values()) > threshold:
             estimates = {i: estimate_tokens(text) for i, text in texts.items()}
             total = sum(estimates.values())
-            # Only blocks longer than a preview are worth offloading: the preview replaces them.
+            # Only texts longer than a preview are worth offloading: the preview replaces them.
             candidates = sorted(
                 (i for i, text in texts.items() if len(text) > self.options.preview_chars),
                 key=lambda i: (-estimates[i], i),
@@ -342,19 +426,50 @@ class Gateway:
             for index in candidates:
                 if total <= threshold:
                     break
-                shown = self._capture(texts[index], texts[index], tool_call_id, source)
-                content[index] = content[index].model_copy(update={"text": shown})
+                block = content[index]
+                if isinstance(block, types.TextContent):
+                    shown = self._capture(texts[index], texts[index], tool_call_id, source)
+                    content[index] = block.model_copy(update={"text": shown})
+                else:
+                    assert isinstance(block, types.EmbeddedResource)
+                    shown = self._capture_resource(block, tool_call_id, source)
+                    content[index] = types.TextContent(
+                        type="text", text=shown, annotations=block.annotations, _meta=block.meta
+                    )
                 total += estimate_tokens(shown) - estimates[index]
                 changed = True
         structured = result.structured_content
         if structured is not None:
-            encoded = _json(structured)
-            if 2 * len(encoded) > threshold and estimate_tokens(encoded) > threshold:
-                structured = json.loads(self._capture(encoded, structured, tool_call_id, source))
+            try:
+                encoded = _json(structured)
+            except (ValueError, TypeError, RecursionError):
+                structured = {"refvault_omitted": "structuredContent omitted: it is not JSON-serialisable"}
                 changed = True
+            else:
+                oversized = len(encoded) > self.options.limits.structured_content
+                if oversized or (2 * len(encoded) > threshold and estimate_tokens(encoded) > threshold):
+                    structured = json.loads(self._capture(encoded, structured, tool_call_id, source))
+                    changed = True
         if not changed:
             return result
         return result.model_copy(update={"content": content, "structured_content": structured})
+
+    def _capture_resource(self, block: types.EmbeddedResource, tool_call_id: str, source: str) -> str:
+        """Offload an embedded text resource; the JSON shown instead names its URI and declared media type."""
+        resource = block.resource
+        assert isinstance(resource, types.TextResourceContents)
+        value: Any = resource.text
+        if resource.mime_type is not None and _is_json_media_type(resource.mime_type):
+            try:
+                value = json.loads(resource.text)
+            except (ValueError, RecursionError):
+                value = resource.text  # declared JSON, but not: stored as text
+        shown = json.loads(self._capture(resource.text, value, tool_call_id, source))
+        shown["embedded_resource"] = {
+            "uri": _bounded(resource.uri, URI_SHOWN),
+            "mimeType": _bounded(resource.mime_type, URI_SHOWN) if resource.mime_type is not None else None,
+        }
+        return json.dumps(shown, ensure_ascii=False)
 
     def _capture(self, text: str, value: Any, tool_call_id: str, source: str) -> str:
         """Offload one text (``value`` is what it renders); the JSON the model sees instead."""
@@ -388,13 +503,12 @@ class Gateway:
             next_cursor=str(following) if following < len(descriptors) else None,
         )
 
-    async def read_resource(self, uri: str) -> types.ReadResourceResult:
-        """A ``refvault://`` artifact the model may read, or an upstream resource."""
-        if not uri.startswith(URI_PREFIX):
-            capabilities = self.upstream.server_capabilities
-            if capabilities.resources is None:
-                raise _not_found(uri)
-            return await self.upstream.read_resource(uri)
+    async def read_resource(self, uri: str, *, request_id: object = None) -> types.ReadResourceResult:
+        """A ``refvault://`` artifact the model may read, or an upstream resource (its blobs materialised)."""
+        if not is_refvault_uri(uri):
+            return await self._read_upstream_resource(uri, request_id)
+        if not uri.lower().startswith(URI_PREFIX):
+            raise _not_found(uri)
         artifact_id = uri[len(URI_PREFIX) :]
         try:
             descriptor = await asyncio.to_thread(self.vault.describe, self.scope, artifact_id)
@@ -423,6 +537,78 @@ class Gateway:
             raise MCPError(types.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}") from None
         return types.ReadResourceResult(contents=[_contents(uri, descriptor, data)])
 
+    async def _read_upstream_resource(self, uri: str, request_id: object) -> types.ReadResourceResult:
+        """Forward a read to the upstream; blob contents are stored and come back as text naming the link.
+
+        A blob is what a tool result's embedded blob is: bytes the model did not ask to see as base64.
+        It goes through :func:`~refvault.content.materialize` (strict base64, limits, media type checks,
+        disclosure ``options.binary_disclosure``; any copy of its base64 elsewhere in the result is
+        scrubbed) and is replaced by a text content whose text starts with its ``refvault://`` URI and
+        whose ``_meta["refvault_link"]`` is the link materialisation made. Text contents pass through.
+        """
+        if self.upstream.server_capabilities.resources is None:
+            raise _not_found(uri)
+        result = await self.upstream.read_resource(uri)
+        if any(is_refvault_uri(contents.uri) for contents in result.contents):
+            # Contents under refvault's scheme are not refvault's: shown under the URI that was read.
+            renamed = [
+                contents.model_copy(update={"uri": uri}) if is_refvault_uri(contents.uri) else contents
+                for contents in result.contents
+            ]
+            result = result.model_copy(update={"contents": renamed})
+        if not any(isinstance(contents, types.BlobResourceContents) for contents in result.contents):
+            return result
+        server = self.server_name
+        wire: dict[str, Any] = {
+            "content": [
+                {"type": "resource", "resource": contents.model_dump(by_alias=True, mode="json", exclude_none=True)}
+                for contents in result.contents
+            ]
+        }
+        if result.meta is not None:
+            wire["_meta"] = result.meta
+        shown = _bounded(uri, URI_SHOWN)
+        try:
+            projected = await materialize(
+                self.vault,
+                self.scope,
+                wire,
+                provenance=f"mcp:{server}/resources/read",
+                tool_call_id=new_tool_call_id(request_id),
+                limits=self._materialize_limits(),
+                disclosure=self.options.binary_disclosure,
+            )
+        except MaterializationError as exc:
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                f"refvault refused the contents of resource {shown} from upstream server {server!r}: "
+                f"{type(exc).__name__}: {exc}",
+            ) from None
+        except RefvaultError as exc:
+            raise MCPError(
+                types.INTERNAL_ERROR,
+                f"refvault could not store the contents of resource {shown} from upstream server {server!r} "
+                f"({type(exc).__name__}: {exc})",
+            ) from None
+        contents: list[types.TextResourceContents | types.BlobResourceContents] = []
+        for original, block in zip(result.contents, projected["content"], strict=True):
+            if block.get("type") == "resource_link":
+                link = {key: value for key, value in block.items() if key != "type"}
+                contents.append(
+                    types.TextResourceContents(
+                        uri=_contents_uri(original.uri, uri),
+                        mime_type="text/plain; charset=utf-8",
+                        text=f"{block['uri']}\n{block['description']}",
+                        _meta={"refvault_link": link},
+                    )
+                )
+            elif block.get("type") == "resource" and isinstance(block.get("resource"), dict):
+                contents.append(types.TextResourceContents.model_validate(block["resource"]))
+            else:  # not a shape materialisation produces for text contents today; kept as text
+                text = block.get("text") if isinstance(block.get("text"), str) else _json(block)
+                contents.append(types.TextResourceContents(uri=_contents_uri(original.uri, uri), text=text))
+        return result.model_copy(update={"contents": contents, "meta": projected.get("_meta")})
+
     # -- serving -----------------------------------------------------------------------
 
     def server(self, *, instructions: str | None = None) -> Server[Any]:
@@ -446,7 +632,7 @@ class Gateway:
         async def on_read_resource(
             ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
         ) -> types.ReadResourceResult:
-            return await self.read_resource(str(params.uri))
+            return await self.read_resource(str(params.uri), request_id=ctx.request_id)
 
         upstream_instructions = self.upstream.instructions
         text = "\n\n".join(part for part in (upstream_instructions, instructions or _INSTRUCTIONS) if part)
@@ -473,6 +659,57 @@ def _refusal(tool: str, server: str, exc: MaterializationError) -> str:
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _text_of(block: types.ContentBlock) -> str | None:
+    """The text of a text block or an embedded text resource (what offloading considers), else None."""
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.EmbeddedResource) and isinstance(block.resource, types.TextResourceContents):
+        return block.resource.text
+    return None
+
+
+def _is_json_media_type(media_type: str) -> bool:
+    main = media_type.split(";", 1)[0].strip().lower()
+    return main == "application/json" or main.endswith("+json")
+
+
+def is_refvault_uri(uri: str) -> bool:
+    """Whether ``uri`` claims refvault's scheme (case-insensitively, as URI schemes compare)."""
+    return uri.strip().lower().startswith("refvault:")
+
+
+def _withhold_claimed_links(result: types.CallToolResult, server: str) -> types.CallToolResult:
+    """Replace upstream blocks that claim a ``refvault:`` URI with a note; they are not refvault's.
+
+    Only refvault mints ``refvault://`` links, for what it stored itself. An upstream ``resource_link``
+    (or embedded resource) under that scheme would look exactly like one of those, with whatever
+    ``_meta`` (sha256, disclosure) the upstream made up, and could pass off any artifact id of the scope
+    as its own output. Each such block becomes a text block (one for one, so content indices stay
+    stable) saying it was withheld; its URI is not repeated.
+    """
+    content = list(result.content)
+    withheld = False
+    for index, block in enumerate(content):
+        if isinstance(block, types.ResourceLink):
+            uri, kind = block.uri, "resource_link"
+        elif isinstance(block, types.EmbeddedResource):
+            uri, kind = block.resource.uri, "embedded resource"
+        else:
+            continue
+        if not is_refvault_uri(uri):
+            continue
+        content[index] = _text(
+            f"[refvault withheld a {kind} from upstream server {_bounded(server, URI_SHOWN)!r}: it claims a "
+            "refvault:// URI, but refvault mints those only for what it stores itself, so it is untrusted "
+            "and not shown]"
+        )
+        withheld = True
+    if not withheld:
+        return result
+    logger.warning("withheld block(s) claiming refvault:// URIs from upstream server %r", server)
+    return result.model_copy(update={"content": content})
 
 
 def _without_server_stamp(result: types.CallToolResult) -> types.CallToolResult:
@@ -520,6 +757,13 @@ def _resource(descriptor: Descriptor) -> types.Resource:
     )
 
 
+def _contents_uri(uri: str, requested: str) -> str:
+    """The URI to show for materialised contents: the upstream's, unless it is long or a ``data:`` URL."""
+    if len(uri) <= 2048 and not uri.strip().lower().startswith("data:"):
+        return uri
+    return requested
+
+
 def _contents(uri: str, descriptor: Descriptor, data: bytes) -> types.TextResourceContents | types.BlobResourceContents:
     if is_text(descriptor.media_type):
         try:
@@ -550,11 +794,55 @@ async def open_gateway(
 
 
 async def serve_stdio(server: Server[Any]) -> None:
-    """Serve one client over this process's stdin and stdout until it disconnects."""
+    """Serve one client over this process's stdin and stdout until it disconnects (or this is cancelled)."""
     from mcp.server.stdio import stdio_server
 
-    async with stdio_server() as (read_stream, write_stream):
+    async with stdio_server(stdin=StdinLines.open()) as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+class StdinLines(anyio.AsyncFile[str]):
+    """This process's stdin as the SDK's ``stdio_server`` reads it, line by line, from a daemon thread.
+
+    The SDK's own reader blocks a worker thread in ``readline`` that a cancellation has to wait for (and
+    that the interpreter joins at exit), so a proxy told to stop while its client keeps stdin open would
+    hang, its upstream still running. Here a daemon thread reads and hands each line over: a stop never
+    waits for the next line, and the process can exit with the thread still blocked.
+    """
+
+    def __init__(self, fp: IO[str]) -> None:
+        super().__init__(fp)
+        self._send, self._receive = anyio.create_memory_object_stream[str](0)
+        self._started = False
+
+    @classmethod
+    def open(cls) -> StdinLines:
+        """Over a duplicate of file descriptor 0 (UTF-8, invalid bytes replaced), or ``sys.stdin`` itself."""
+        try:
+            fp: IO[str] = open(os.dup(0), encoding="utf-8", errors="replace")  # noqa: SIM115 (the thread owns it)
+        except OSError:
+            fp = sys.stdin
+        return cls(fp)
+
+    async def readline(self) -> str:
+        if not self._started:
+            self._started = True
+            token = anyio.lowlevel.current_token()
+            threading.Thread(target=self._pump, args=(token,), name="refvault-mcp-stdin", daemon=True).start()
+        try:
+            return await self._receive.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            return ""  # end of input: the SDK's reader stops
+
+    def _pump(self, token: anyio.lowlevel.EventLoopToken) -> None:
+        try:
+            while line := self.wrapped.readline():
+                anyio.from_thread.run(self._send.send, line, token=token)
+        except Exception as exc:  # a read error is the end of input; a closed loop or stream: nobody listens
+            logger.debug("stdin reader stopped: %s", type(exc).__name__)
+        finally:
+            with suppress(Exception):
+                anyio.from_thread.run_sync(self._send.close, token=token)
 
 
 def bind_loopback(port: int, host: str = "127.0.0.1") -> socket.socket:
@@ -603,20 +891,56 @@ async def run_proxy(
 ) -> None:
     """Connect to the upstream and serve: over stdio, or streamable HTTP on the bound socket ``http``.
 
-    ``announce`` receives one line saying what is being served (the CLI prints it on stderr).
+    Returns when the client disconnects (stdio) or on SIGINT or SIGTERM (both modes; over stdio SIGHUP
+    too): the serving stops, and the SDK client is closed, which shuts a stdio upstream down (it runs
+    in its own process group, so a signal to the proxy does not reach it). ``announce`` receives one
+    line saying what is being served (the CLI prints it on stderr).
     """
-    async with open_gateway(vault, scope, upstream, options) as gateway:
-        server = gateway.server()
-        if http is None:
-            if announce is not None:
-                announce(f"refvault mcp proxy: serving {gateway.server_name!r} over stdio")
-            await serve_stdio(server)
-        else:
+    if http is not None:
+        async with open_gateway(vault, scope, upstream, options) as gateway:
             host, port = http.getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
             if announce is not None:
                 announce(f"refvault mcp proxy: serving {gateway.server_name!r} at http://{shown}:{port}/mcp")
-            await serve_http(server, http)
+            await serve_http(gateway.server(), http)
+        return
+    # Signals are received for the whole run, the upstream's shutdown included: a signal arriving while
+    # the upstream is being stopped must not kill the proxy before it has stopped it.
+    with _stop_signals() as signals:
+        async with anyio.create_task_group() as group:
+            if signals is not None:
+                group.start_soon(_cancel_on_signal, signals, group.cancel_scope)
+            try:
+                async with open_gateway(vault, scope, upstream, options) as gateway:
+                    if announce is not None:
+                        announce(f"refvault mcp proxy: serving {gateway.server_name!r} over stdio")
+                    await serve_stdio(gateway.server())
+            finally:
+                group.cancel_scope.cancel()
+
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextmanager
+def _stop_signals() -> Iterator[AsyncIterator[int] | None]:
+    """A receiver of the signals that stop the proxy; None where signals cannot be received here.
+
+    (Not the main thread, or a platform without loop signal handlers: the default handling stays.)
+    """
+    with ExitStack() as stack:
+        try:
+            receiver = stack.enter_context(anyio.open_signal_receiver(*STOP_SIGNALS))
+        except (NotImplementedError, RuntimeError, ValueError):
+            receiver = None
+        yield receiver
+
+
+async def _cancel_on_signal(signals: AsyncIterator[int], scope: anyio.CancelScope) -> None:
+    async for signum in signals:
+        logger.info("received signal %d: stopping", signum)
+        scope.cancel()
+        return
 
 
 def stderr_line(text: str) -> None:
