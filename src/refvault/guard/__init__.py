@@ -1,0 +1,74 @@
+"""The leak guard: no protected bytes leave in an LLM request, a log line or a span.
+
+::
+
+    from refvault.guard import LeakGuard
+    guard = LeakGuard(min_match=64, size_threshold=128 * 1024)
+    guard.protect(artifact_id, data)        # or guard.protect_scope(vault, scope): every sealed artifact
+    findings = guard.scan(request)          # OpenAI chat / responses, Anthropic messages, Gemini contents, dict, str
+    guard.check(request)                    # raises ContextLeak(findings) if any (policy "redact": a redacted copy)
+
+Invariants, how each is enforced, and where it is tested (``tests/test_guard.py``):
+
+Content arm: every verbatim span of at least ``min_match`` protected bytes is found.
+    Winnowed k-gram fingerprints with ``w = min_match // 2`` and ``k = min_match - w + 1``,
+    so the guarantee threshold ``w + k - 1`` is ``min_match`` (64 → k = 33, w = 32); see
+    :mod:`refvault.guard.fingerprints` for the argument. The only exception: spans whose every
+    33-byte window repeats with a period dividing 12 (runs of one byte, ``"ababab"``), which carry
+    no secret. Sites: plain text, tool results, tool-call arguments, dict keys, after decoding JSON
+    string escapes (two levels), data URLs, base64 fields and base64 runs inside text. A finding's
+    ``matched`` is at least ``min_match`` and at most the span + 2(w - 1); nothing under ``k``
+    verified bytes is ever reported. Tested by planting random excerpts in every site kind of
+    every request format (recall 1.0), at ``min_match`` and ``min_match - 1``, and by 100 MB of
+    unrelated prose and JSON (no finding).
+Scan cost is linear in the request and independent of how much is protected.
+    Each selected request k-gram costs one filter probe and, for about 1 in 8, a directory probe
+    per index segment (O(log n) segments). Measured by ``bench/guard.py``.
+Protecting is safe: the index holds keyed fingerprints and artifact ids, never bytes.
+    About 0.8 bytes of index per protected byte at ``min_match = 64``; ``repr`` and
+    :meth:`LeakGuard.stats` show counts only; findings, :class:`~refvault.errors.ContextLeak`
+    messages and ``llm.context_leak`` log records carry sites, ids, sizes and arms only.
+Size arm (the peer's check, kept): tool output, tool-call arguments and data payloads of
+    ``size_threshold`` bytes or more are flagged; conversation text is exempt. Tested at the
+    threshold and one byte under.
+Policies: ``raise`` (default) raises ``ContextLeak``; ``redact`` returns a deep copy with each
+    protected span replaced by ``[refvault:<artifact_id>]`` (a binary payload as a whole; an
+    oversized payload by ``[refvault:omitted N bytes]``), re-scanned before it is returned. Both
+    log ``llm.context_leak`` on the ``refvault.guard`` logger.
+Thread-safe: ``protect`` may run while other threads scan; a scan sees a consistent snapshot.
+
+The hooks (:class:`GuardedTransport`, :class:`LogRedactor`, :class:`GuardSpanProcessor`) live in
+:mod:`refvault.guard.hooks` and are imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from refvault.errors import ContextLeak
+from refvault.guard.guard import EVENT, Finding, LeakGuard, Policy, marker
+
+if TYPE_CHECKING:
+    from refvault.guard.hooks import GuardedTransport, GuardSpanProcessor, LogRedactor
+
+__all__ = [
+    "EVENT",
+    "ContextLeak",
+    "Finding",
+    "GuardSpanProcessor",
+    "GuardedTransport",
+    "LeakGuard",
+    "LogRedactor",
+    "Policy",
+    "marker",
+]
+
+_HOOKS = frozenset({"GuardedTransport", "LogRedactor", "GuardSpanProcessor"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOOKS:
+        from refvault.guard import hooks
+
+        return getattr(hooks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,438 @@
+"""Outgoing requests as leaves to check, and the decoded views of a leaf that are scanned.
+
+:func:`walk` visits a request once and yields every string (and bytes) leaf with
+its **site** (``messages[3].content[0].text``, ``input[1].output``,
+``contents[0].parts[1].inline_data.data``, ``system``) and its **kind**:
+
+``text``
+    conversation text: user, assistant, system, instructions, tool schemas, anything
+    not below (exempt from the size arm);
+``tool``
+    what a tool returned: content of a ``tool``/``function`` role message (OpenAI
+    chat), a ``tool_result`` block (Anthropic), a ``function_call_output`` item
+    (OpenAI responses), a ``functionResponse`` part (Gemini);
+``args``
+    tool-call arguments: ``function.arguments`` (OpenAI chat; a JSON string),
+    ``arguments`` of a ``function_call`` item (responses), ``input`` of a
+    ``tool_use`` block (Anthropic; an object), ``args`` of a ``functionCall`` part
+    (Gemini; an object);
+``data``
+    a binary payload: a ``data:`` URL anywhere, a base64 ``data`` field (Anthropic
+    ``source``, Gemini ``inline_data``, OpenAI ``input_audio``), ``file_data``,
+    or a ``bytes`` value;
+``key``
+    a dict key that is long or not an identifier (it is scanned too).
+
+The walk understands OpenAI chat completions and responses, Anthropic messages
+and Gemini ``contents`` by their field names, with no format switch, so mixed
+and unknown shapes are walked generically (any mapping, list or tuple; objects
+with ``model_dump()`` are walked as their dump). Sites never contain content:
+keys that are not short identifiers are shown by position (``<key 2>``).
+
+For ``tool`` and ``args`` the size arm measures the string (UTF-8 bytes) or
+the object (compact JSON); for ``data`` the string or bytes; ``text`` and keys
+are exempt. An object payload (``tool_use.input``) is one sized leaf with no
+value, and its strings are ``args``/``tool`` leaves with no size.
+
+:func:`views` gives the byte strings the content arm scans for a leaf, each
+with a map back to the leaf's own UTF-8 bytes (used to redact): the raw bytes;
+the raw bytes with JSON string escapes decoded (``\\n``, ``\\"``, ``\\uXXXX``
+with surrogate pairs), twice for JSON inside JSON; and for a data URL or a
+base64 field, the decoded payload (a hit there redacts the whole leaf).
+Base64 runs inside text are found by the scanner and decoded with
+:func:`decode_base64` (a hit redacts the run).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import functools
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, NamedTuple
+from urllib.parse import unquote_to_bytes
+
+__all__ = ["Leaf", "LeafKind", "SpanMap", "View", "decode_base64", "views", "walk"]
+
+LeafKind = Literal["text", "tool", "args", "data", "key"]
+
+_TOOL_ROLES: Final = frozenset({"tool", "function", "ipython"})
+_TOOL_RESULT_TYPES: Final = frozenset(
+    {
+        "tool_result",
+        "function_call_output",
+        "custom_tool_call_output",
+        "mcp_tool_result",
+        "computer_call_output",
+        "local_shell_call_output",
+    }
+)
+_CALL_TYPES: Final = frozenset(
+    {"tool_use", "server_tool_use", "mcp_tool_use", "function_call", "custom_tool_call", "mcp_call"}
+)
+_GEMINI_CALLS: Final = frozenset({"functionCall", "function_call"})
+_GEMINI_RESPONSES: Final = frozenset({"functionResponse", "function_response"})
+_INLINE_DATA: Final = frozenset({"inline_data", "inlineData", "input_audio", "source"})
+_DATA_KEYS: Final = frozenset({"file_data", "b64_json", "image_base64", "audio_base64"})
+_SAFE_KEY: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,31}\Z")
+_BASE64_TEXT: Final = re.compile(r"[A-Za-z0-9+/_\-\r\n]+={0,2}\s*\Z")
+_ESCAPE: Final = re.compile(rb'\\u[0-9a-fA-F]{4}(?:\\u[0-9a-fA-F]{4})*|\\["\\/bfnrt]')
+_SIMPLE_ESCAPES: Final = {
+    ord('"'): b'"',
+    ord("\\"): b"\\",
+    ord("/"): b"/",
+    ord("b"): b"\b",
+    ord("f"): b"\f",
+    ord("n"): b"\n",
+    ord("r"): b"\r",
+    ord("t"): b"\t",
+}
+_UNESCAPE_LEVELS: Final = 2
+_D: Final = ("d", "D")
+_SPECIAL_KEYS: Final = frozenset({"arguments", "input", "args", "response", "data", *_GEMINI_RESPONSES, *_DATA_KEYS})
+
+
+class Leaf(NamedTuple):
+    """One place in a request: its site, kind, the value the content arm scans and the size the size arm measures."""
+
+    site: str
+    kind: LeafKind
+    value: str | bytes | None  # None: a sized object payload whose strings are leaves of their own
+    size: int | None  # None: exempt from the size arm
+
+
+# A visitor returns a replacement for the leaf, or None to keep it.
+Visitor = Callable[[Leaf], object]
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    kind: LeafKind  # "text", "tool" or "args" for the strings below
+    sized: bool  # whether those strings are measured by the size arm one by one
+
+
+_TEXT: Final = _Context("text", False)
+_TOOL: Final = _Context("tool", True)
+_ARGS: Final = _Context("args", True)
+
+
+def walk(request: object, visit: Visitor, *, rewrite: bool = False, min_chars: int = 0) -> object:
+    """Call ``visit`` on every leaf of ``request``; with ``rewrite``, return a copy with the replacements made.
+
+    Without ``rewrite`` the return value is ``request`` itself and replacements are ignored. Strings and
+    keys of fewer than ``min_chars`` characters inside containers are not visited (the guard passes a
+    length under which neither arm can flag anything).
+    """
+    if isinstance(request, str):
+        return _string(request, "text", _TEXT, visit, rewrite, data_hint=False)
+    if isinstance(request, bytes | bytearray | memoryview):
+        return _leaf(Leaf("body", "data", bytes(request), len(request)), request, visit, rewrite)
+    return _Walker(visit, rewrite, min_chars).node(request, "", _TEXT, None)
+
+
+class _Walker:
+    def __init__(self, visit: Visitor, rewrite: bool, min_chars: int) -> None:
+        self.visit = visit
+        self.rewrite = rewrite
+        self.min_chars = min_chars
+
+    def node(self, node: object, site: str, ctx: _Context, parent_key: str | None) -> object:
+        kind = type(node)
+        if kind is str:
+            return _string(node, site or "text", ctx, self.visit, self.rewrite, data_hint=False)  # type: ignore[arg-type]
+        if kind is dict:
+            return self.mapping(node, site, ctx, parent_key)  # type: ignore[arg-type]
+        if kind is list or kind is tuple:
+            return self.sequence(node, site, ctx, parent_key)  # type: ignore[arg-type]
+        if node is None or kind is int or kind is float or kind is bool:
+            return node
+        if isinstance(node, str):
+            return _string(node, site or "text", ctx, self.visit, self.rewrite, data_hint=False)
+        if isinstance(node, bytes | bytearray | memoryview):
+            leaf = Leaf(site or "body", "data", bytes(node), len(node))
+            return _leaf(leaf, node, self.visit, self.rewrite)
+        if isinstance(node, Mapping):
+            return self.mapping(node, site, ctx, parent_key)
+        if isinstance(node, list | tuple):
+            return self.sequence(node, site, ctx, parent_key)
+        dump = getattr(node, "model_dump", None)
+        if callable(dump) and not isinstance(node, type):
+            dumped = dump()
+            result = self.node(dumped, site, ctx, parent_key)
+            if not self.rewrite:
+                return node
+            try:
+                return type(node).model_validate(result)  # type: ignore[attr-defined]
+            except Exception:  # a rebuilt model that no longer validates is sent as its dump
+                return result
+        return node
+
+    def sequence(self, node: list[Any] | tuple[Any, ...], site: str, ctx: _Context, parent_key: str | None) -> object:
+        small = self.min_chars
+        items = [
+            item
+            if (type(item) is str and len(item) < small) or item is None
+            else self.node(item, f"{site}[{i}]", ctx, parent_key)
+            for i, item in enumerate(node)
+        ]
+        if not self.rewrite:
+            return node
+        return tuple(items) if isinstance(node, tuple) else items
+
+    def mapping(self, node: Mapping[Any, Any], site: str, ctx: _Context, parent_key: str | None) -> object:
+        role = node.get("role")
+        kind = node.get("type")
+        if (type(role) is str and role.lower() in _TOOL_ROLES) or (
+            type(kind) is str and (kind in _TOOL_RESULT_TYPES or kind.endswith("_tool_result"))
+        ):
+            ctx = _TOOL
+        rewrite = self.rewrite
+        small = self.min_chars
+        out: dict[Any, Any] = {}
+        prefix = site + "." if site else ""
+        for i, (key, value) in enumerate(node.items()):
+            kind_of_key = type(key)
+            name = _key_name(key) if kind_of_key is str else None
+            value_type = type(value)
+            if (
+                (value_type is str and len(value) < small)
+                or value is None
+                or value_type is int
+                or value_type is bool
+                or value_type is float
+            ) and (name is not None or (kind_of_key is str and len(key) < small)):
+                if rewrite:  # nothing here can be flagged: skip the site and the leaf
+                    out[key] = value
+                continue
+            key_site = prefix + (name or f"<key {i}>")
+            new_key = key
+            if name is None and isinstance(key, str) and len(key) >= small:
+                new_key = _leaf(Leaf(f"{key_site}#key", "key", key, None), key, self.visit, rewrite)
+                if new_key in out:
+                    new_key = f"{new_key}#{i}"
+            if key in _SPECIAL_KEYS:
+                new_value = self.child(key, value, key_site, ctx, parent_key, kind)
+            else:
+                new_value = self.node(value, key_site, ctx, name)
+            if rewrite:
+                out[new_key] = new_value
+        return out if rewrite else node
+
+    def child(self, key: str, value: object, site: str, ctx: _Context, parent_key: str | None, kind: object) -> object:
+        if (
+            key == "arguments"
+            or (key == "input" and kind in _CALL_TYPES)
+            or (key == "args" and parent_key in _GEMINI_CALLS)
+        ):
+            return self.payload(value, site, _ARGS)
+        if key == "response" and parent_key in _GEMINI_RESPONSES:
+            return self.payload(value, site, _TOOL)
+        if key in _GEMINI_RESPONSES:
+            return self.node(value, site, _TOOL, key)
+        if isinstance(value, str) and (
+            key in _DATA_KEYS or (key == "data" and (kind == "base64" or parent_key in _INLINE_DATA))
+        ):
+            return _string(value, site, ctx, self.visit, self.rewrite, data_hint=True)
+        return self.node(value, site, ctx, key)
+
+    def payload(self, value: object, site: str, ctx: _Context) -> object:
+        """Tool-call arguments or a tool's response: a string leaf, or an object sized as a whole."""
+        if isinstance(value, str):
+            return _string(value, site, ctx, self.visit, self.rewrite, data_hint=False)
+        if isinstance(value, Mapping | list | tuple):
+            replaced = self.visit(Leaf(site, ctx.kind, None, _json_size(value)))
+            if replaced is not None:
+                return replaced if self.rewrite else value
+            return self.node(value, site, _Context(ctx.kind, False), None)
+        return self.node(value, site, ctx, None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_name(key: str) -> str | None:
+    """The key as shown in a site, or None when it is not a short identifier (it is then shown by position)."""
+    return key if _SAFE_KEY.match(key) else None
+
+
+def _string(value: str, site: str, ctx: _Context, visit: Visitor, rewrite: bool, *, data_hint: bool) -> object:
+    if (value[:1] in _D and _is_data_url(value)) or (data_hint and len(value) >= 16 and _BASE64_TEXT.match(value)):
+        leaf = Leaf(site, "data", value, _utf8_size(value))
+    else:
+        leaf = Leaf(site, ctx.kind, value, _utf8_size(value) if ctx.sized else None)
+    replaced = visit(leaf)
+    return replaced if rewrite and replaced is not None else value
+
+
+def _leaf(leaf: Leaf, original: object, visit: Visitor, rewrite: bool) -> object:
+    replaced = visit(leaf)
+    return replaced if rewrite and replaced is not None else original
+
+
+def _utf8_size(value: str) -> int:
+    if value.isascii():
+        return len(value)
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def _json_size(value: object) -> int:
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):
+        return 0
+    return _utf8_size(text)
+
+
+def _is_data_url(value: str) -> bool:
+    return value[:5].lower() == "data:" and "," in value[:512]
+
+
+# -- views: what the content arm scans for one leaf ------------------------------------------------------------------
+
+
+class SpanMap:
+    """Maps offsets in a decoded view back to the leaf's raw bytes (escapes map as a whole)."""
+
+    __slots__ = ("_literal", "_out", "_raw_end", "_raw_start")
+
+    def __init__(self) -> None:
+        self._out: list[int] = []
+        self._raw_start: list[int] = []
+        self._raw_end: list[int] = []
+        self._literal: list[bool] = []
+
+    def add(self, out_start: int, raw_start: int, raw_end: int, literal: bool) -> None:
+        self._out.append(out_start)
+        self._raw_start.append(raw_start)
+        self._raw_end.append(raw_end)
+        self._literal.append(literal)
+
+    def start(self, x: int) -> int:
+        i = max(0, bisect.bisect_right(self._out, x) - 1)
+        return self._raw_start[i] + (x - self._out[i]) if self._literal[i] else self._raw_start[i]
+
+    def end(self, y: int) -> int:
+        i = max(0, bisect.bisect_right(self._out, y - 1) - 1)
+        return self._raw_start[i] + (y - self._out[i]) if self._literal[i] else self._raw_end[i]
+
+    def add_mapped(self, out_start: int, x0: int, x1: int, outer: SpanMap | None) -> None:
+        """Map ``[x0, x1)`` of the previous view, placed at ``out_start`` here, through ``outer`` to raw bytes."""
+        if outer is None:
+            self.add(out_start, x0, x1, True)
+            return
+        i = max(0, bisect.bisect_right(outer._out, x0) - 1)
+        x = x0
+        while x < x1:
+            seg_end = outer._out[i + 1] if i + 1 < len(outer._out) else x1
+            upto = min(seg_end, x1)
+            if outer._literal[i]:
+                self.add(out_start + x - x0, outer._raw_start[i] + (x - outer._out[i]), 0, True)
+            else:
+                self.add(out_start + x - x0, outer._raw_start[i], outer._raw_end[i], False)
+            x = upto
+            i += 1
+
+
+class View(NamedTuple):
+    """Bytes to scan for a leaf, and how a hit in them maps back to the leaf's raw UTF-8 bytes."""
+
+    data: bytes
+    mapping: SpanMap | None  # None: offsets are raw offsets (when ``whole`` is False)
+    whole: bool  # a hit anywhere stands for the whole leaf (decoded binary payloads)
+    textual: bool  # base64 runs inside it are looked for
+    windows: list[tuple[int, int]] | None = None  # only these parts need scanning (None: all)
+
+
+def views(leaf: Leaf, raw: bytes, reach: int) -> list[View]:
+    """The byte strings the content arm scans for ``leaf`` (whose UTF-8 bytes are ``raw``).
+
+    A decoded view differs from the one before it only around the escapes it decoded, and a span
+    of ``reach`` bytes or more that touches no decoded escape is in the view before it too; so only
+    the parts within ``reach - 1`` bytes of a decoded escape are scanned (all of it when a ``\\/``
+    was decoded, which may have split a base64 run).
+    """
+    if leaf.kind != "data" and b"\\" not in raw:
+        return [View(raw, None, False, True)]
+    out = [View(raw, None, False, leaf.kind != "data")]
+    if leaf.kind == "data":
+        payload = _decode_data(leaf.value)
+        if payload:
+            out.append(View(payload, None, True, False))
+        return out
+    current, mapping = raw, None
+    for _ in range(_UNESCAPE_LEVELS):
+        if b"\\" not in current:
+            break
+        decoded = _unescape(current, mapping, reach - 1)
+        if decoded is None:
+            break
+        slashes = b"\\/" in current
+        current, mapping, windows = decoded
+        out.append(View(current, mapping, False, True, None if slashes else windows))
+    return out
+
+
+def _decode_data(value: str | bytes | None) -> bytes | None:
+    if isinstance(value, bytes):
+        return None  # binary already: the raw view is the payload
+    if value is None:
+        return None
+    if _is_data_url(value):
+        header, _, payload = value.partition(",")
+        if ";base64" in header.lower():
+            return decode_base64(payload.encode("ascii", "ignore"))
+        return unquote_to_bytes(payload)
+    return decode_base64(value.encode("ascii", "ignore"))
+
+
+def decode_base64(text: bytes) -> bytes | None:
+    """Lenient base64 (standard or URL-safe alphabet, line breaks, missing padding); None if it does not decode."""
+    data = text.translate(None, b"\r\n \t=")
+    if b"-" in data or b"_" in data:
+        data = data.translate(bytes.maketrans(b"-_", b"+/"))
+    data = data[: len(data) - (len(data) % 4 == 1)]
+    try:
+        return base64.b64decode(data + b"=" * (-len(data) % 4))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _unescape(raw: bytes, outer: SpanMap | None, radius: int) -> tuple[bytes, SpanMap, list[tuple[int, int]]] | None:
+    """``raw`` with JSON string escapes decoded, a map from the result to ``raw`` (composed with ``outer``),
+    and the merged parts of the result within ``radius`` bytes of a decoded escape."""
+    parts: list[bytes] = []
+    mapping = SpanMap()
+    windows: list[tuple[int, int]] = []
+    out_len = 0
+    last = 0
+    for m in _ESCAPE.finditer(raw):
+        if m.start() > last:
+            mapping.add_mapped(out_len, last, m.start(), outer)
+            parts.append(raw[last : m.start()])
+            out_len += m.start() - last
+        token = m.group()
+        if token[1:2] == b"u":
+            units = bytes.fromhex(token.replace(b"\\u", b"").decode("ascii"))
+            decoded = units.decode("utf-16-be", "surrogatepass").encode("utf-8", "surrogatepass")
+        else:
+            decoded = _SIMPLE_ESCAPES[token[1]]
+        raw_start = outer.start(m.start()) if outer else m.start()
+        raw_end = outer.end(m.end()) if outer else m.end()
+        mapping.add(out_len, raw_start, raw_end, False)
+        lo, hi = max(0, out_len - radius), out_len + len(decoded) + radius
+        if windows and lo <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], hi)
+        else:
+            windows.append((lo, hi))
+        parts.append(decoded)
+        out_len += len(decoded)
+        last = m.end()
+    if not parts:
+        return None
+    if last < len(raw):
+        mapping.add_mapped(out_len, last, len(raw), outer)
+        parts.append(raw[last:])
+        out_len += len(raw) - last
+    return b"".join(parts), mapping, [(lo, min(hi, out_len)) for lo, hi in windows]
