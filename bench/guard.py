@@ -440,9 +440,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         "   the planted artifact named among the findings: " + ", ".join(attribution) + " (an excerpt made only of"
         " boilerplate held by more than 64 artifacts is named after 64 of them)"
     )
-    clean = make_requests(artifacts, 100_000, 20 if args.quick else 100, SEED + 99, plant=False)
-    false_findings = sum(len(guard.scan(r.body)) for r in clean)
-    print(f"   clean requests (no plants): {len(clean)} x 100 KB, {false_findings} findings")
+    for name, target, n in (
+        ("10 KB", 10_000, 100 if args.quick else 400),
+        ("100 KB", 100_000, 20 if args.quick else 100),
+    ):
+        clean = make_requests(artifacts, target, n, SEED + 99 + target, plant=False)
+        body_bytes = sum(r.size for r in clean)
+        false_findings = sum(len(guard.scan(r.body)) for r in clean)
+
+        def clean_scan(_: int, clean: list[Request] = clean, body_bytes: int = body_bytes) -> float:
+            t = time.perf_counter()
+            for r in clean:
+                guard.scan(r.body)
+            return body_bytes / (time.perf_counter() - t) / 1e6
+
+        (rates,) = interleave(reps, [clean_scan], warmup=True)
+        print(
+            f"   clean requests (nothing planted), {n} x {name}: {statistics.median(rates):.1f} MB/s, "
+            f"{false_findings} findings"
+        )
 
     # -- whole-artifact `in` --
     print("\n4. baselines that look at content (timed on part of the work, extrapolated to all of it)")

@@ -18,14 +18,16 @@ Content arm: every verbatim span of at least ``min_match`` protected bytes is fo
     no secret. Sites: plain text, tool results, tool-call arguments, dict keys, after decoding JSON
     string escapes (two levels), data URLs, base64 fields and base64 runs inside text. A finding's
     ``matched`` is at least ``min_match`` and at most the span + 2(w - 1); nothing under ``k``
-    verified bytes is ever reported. Tested by planting random excerpts in every site kind of
-    every request format (recall 1.0), at ``min_match`` and ``min_match - 1``, and by 100 MB of
-    unrelated prose and JSON (no finding).
+    verified bytes is ever reported (spans of ``k`` to ``min_match - 1`` bytes may be). A finding
+    names the artifact; an excerpt made only of boilerplate held more than 64 times is named after
+    64 of its holders. Tested by planting random excerpts in every site kind of every request
+    format (recall 1.0), at ``min_match`` and ``min_match - 1``, and by 100 MB of unrelated prose
+    and JSON (no finding).
 Scan cost is linear in the request and independent of how much is protected.
     Each selected request k-gram costs one filter probe and, for about 1 in 8, a directory probe
     per index segment (O(log n) segments). Measured by ``bench/guard.py``.
 Protecting is safe: the index holds keyed fingerprints and artifact ids, never bytes.
-    About 0.8 bytes of index per protected byte at ``min_match = 64``; ``repr`` and
+    About 0.85 bytes of index per protected byte at ``min_match = 64``; ``repr`` and
     :meth:`LeakGuard.stats` show counts only; findings, :class:`~refvault.errors.ContextLeak`
     messages and ``llm.context_leak`` log records carry sites, ids, sizes and arms only.
 Size arm (the peer's check, kept): tool output, tool-call arguments and data payloads of

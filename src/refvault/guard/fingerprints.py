@@ -63,9 +63,10 @@ the segments. On text about ``2 / (w + 1)`` of the positions are selected, so
 for ``min_match = 64`` the index is about 0.85 bytes per protected byte. It
 never holds protected bytes.
 
-Kernels are compiled by numba (``cache=True``: the first call in a fresh
-environment compiles them once, a few seconds; later processes load the
-cache) and release the GIL, so scans from several threads run in parallel.
+Kernels are compiled by numba (``cache=True``: the first use in a fresh
+environment compiles them once, about 8 s on a 2-core machine; later processes
+load the cache in about 0.6 s) and release the GIL, so scans from several
+threads run in parallel.
 """
 
 from __future__ import annotations
@@ -450,6 +451,35 @@ def _targeted(
 
 
 @numba.njit(cache=True, nogil=True)
+def _through_hot(
+    seg_keys: Any,
+    seg_low: Any,
+    hot: I64,
+    positions: I64,
+    hashes: U64,
+    query: I64,
+    coord: I64,
+    reach: int,
+    rounds: int,
+) -> tuple[I64, I64]:  # pragma: no cover - compiled
+    """The hits plus those :func:`_targeted` finds, repeated while it finds new ones (at most ``rounds``)."""
+    for _ in range(rounds):
+        where = positions[query]
+        order = np.argsort(where)
+        extra_q, extra_c = _targeted(seg_keys, seg_low, hot, positions, hashes, where[order], coord[order], reach)
+        if extra_q.size == 0:
+            break
+        pairs = np.unique(
+            np.concatenate((query * (np.int64(1) << 32) + coord, extra_q * (np.int64(1) << 32) + extra_c))
+        )
+        if pairs.size == query.size:
+            break
+        query = pairs >> 32
+        coord = pairs & np.int64(0xFFFFFFFF)
+    return query, coord
+
+
+@numba.njit(cache=True, nogil=True)
 def _chains(
     buf: U8, starts: I64, where: I64, coord: I64, bases: I64, lengths: I64, k: int, w: int, min_match: int
 ) -> I64:  # pragma: no cover - compiled
@@ -780,18 +810,9 @@ class FingerprintIndex:
         if hot.size:
             # Hot (boilerplate) fingerprints: follow the diagonals of nearby hits through them, a few
             # fingerprints at a time, so that a leaked excerpt keeps one unbroken chain.
-            where = found.positions[query]
-            for _ in range(_HOT_ROUNDS):
-                order = np.argsort(where, kind="stable")
-                extra_q, extra_c = _targeted(
-                    seg_keys, seg_low, hot, found.positions, found.hashes, where[order], coord[order], p.k + p.w
-                )
-                before = query.size
-                pairs = np.unique(np.concatenate([query, extra_q]) * (1 << 32) + np.concatenate([coord, extra_c]))
-                query, coord = pairs >> 32, pairs & 0xFFFFFFFF
-                where = found.positions[query]
-                if query.size == before:
-                    break
+            query, coord = _through_hot(
+                seg_keys, seg_low, hot, found.positions, found.hashes, query, coord, p.k + p.w, _HOT_ROUNDS
+            )
         rows = _chains(
             buf, starts, found.positions[query], coord, snap.bases, snap.lengths, p.k, p.w, p.min_match
         ).reshape(-1, 6)
