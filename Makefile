@@ -37,6 +37,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/dispatch.py
 	$(BIN)/python bench/reads.py
 	$(BIN)/python bench/materialize.py
+	$(BIN)/python bench/guard.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples

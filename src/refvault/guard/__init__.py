@@ -51,13 +51,21 @@ from refvault.errors import ContextLeak
 from refvault.guard.guard import EVENT, Finding, LeakGuard, Policy, marker
 
 if TYPE_CHECKING:
-    from refvault.guard.hooks import GuardedTransport, GuardSpanProcessor, LogRedactor
+    from refvault.guard.hooks import (
+        AsyncGuardedTransport,
+        GuardedSpanExporter,
+        GuardedTransport,
+        GuardSpanProcessor,
+        LogRedactor,
+    )
 
 __all__ = [
     "EVENT",
+    "AsyncGuardedTransport",
     "ContextLeak",
     "Finding",
     "GuardSpanProcessor",
+    "GuardedSpanExporter",
     "GuardedTransport",
     "LeakGuard",
     "LogRedactor",
@@ -65,7 +73,9 @@ __all__ = [
     "marker",
 ]
 
-_HOOKS = frozenset({"GuardedTransport", "LogRedactor", "GuardSpanProcessor"})
+_HOOKS = frozenset(
+    {"GuardedTransport", "AsyncGuardedTransport", "LogRedactor", "GuardSpanProcessor", "GuardedSpanExporter"}
+)
 
 
 def __getattr__(name: str) -> Any:
