@@ -158,18 +158,30 @@ class DispatchFrame:
         return f"DispatchFrame(refs={sorted(self._descriptors)}, closed={self._closed})"
 
 
-PROTECT_OVERLAP = 4096  # >= the guard's min_match: a span crossing a chunk edge lies whole in one protected piece
+PROTECT_OVERLAP = 4096  # >= the guard's min_match: a span across a chunk edge lies whole in one protected join
 
 
 def _chunk_protector(protect: Callable[[str, bytes], None], artifact_id: str) -> Callable[[int, bytes], None]:
-    """Protect a stream's chunks as they are read, each with the tail of the chunk before it."""
-    previous: dict[int, bytes] = {}
+    """Protect a stream's chunks as they are loaded, in any order, and the join across every loaded edge.
+
+    Each chunk is protected whole; the edges of loaded chunks are kept
+    (``PROTECT_OVERLAP`` bytes each side), and when both neighbours of an
+    edge have been loaded, the bytes across it are protected too.
+    """
+    heads: dict[int, bytes] = {}  # chunk start offset -> its first bytes
+    tails: dict[int, bytes] = {}  # chunk end offset -> its last bytes
 
     def observe(offset: int, chunk: bytes) -> None:
-        head = previous.get(offset, b"")
-        protect(artifact_id, head + chunk)
-        previous.clear()
-        previous[offset + len(chunk)] = chunk[-PROTECT_OVERLAP:]
+        protect(artifact_id, chunk)
+        end = offset + len(chunk)
+        if offset in heads and end in tails:
+            return  # loaded before: its joins are protected already
+        heads[offset] = chunk[:PROTECT_OVERLAP]
+        tails[end] = chunk[-PROTECT_OVERLAP:]
+        if offset in tails:  # the chunk before this one was loaded
+            protect(artifact_id, tails[offset] + heads[offset])
+        if end in heads:  # the chunk after this one was loaded
+            protect(artifact_id, tails[end] + heads[end])
 
     return observe
 
