@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -130,7 +131,8 @@ class LeakGuard:
         self._min_chars = max(1, min(self.params.threshold, size_threshold) // 4)
         self._index = FingerprintIndex(self.params)
         self._lock = threading.Lock()
-        self._seen: set[tuple[str, bytes]] = set()
+        self._seen: set[tuple[str, bytes]] = set()  # in the index
+        self._pending: dict[tuple[str, bytes], threading.Event] = {}  # being added by some thread
 
     # -- protecting ------------------------------------------------------------------------------------------------
 
@@ -139,34 +141,64 @@ class LeakGuard:
         self.protect_many([(artifact_id, data)])
 
     def protect_many(self, items: Iterable[tuple[str, bytes | str]]) -> int:
-        """Protect many ``(artifact_id, data)`` at once (hashed in large batches); return how many were new."""
+        """Protect many ``(artifact_id, data)`` at once (hashed in large batches); return how many were new.
+
+        Returns only once every item is in the index: bytes another thread is protecting right now are
+        waited for (and protected here if that thread fails).
+        """
         batch: list[tuple[str, bytes]] = []
+        keys: list[tuple[str, bytes]] = []
+        waits: list[tuple[threading.Event, tuple[str, bytes], str, bytes]] = []
         size = 0
         added = 0
-        for artifact_id, data in items:
-            raw = _checked(artifact_id, data)
-            key = (artifact_id, hashlib.blake2b(raw, digest_size=16).digest())
+        try:
+            for artifact_id, data in items:
+                raw = _checked(artifact_id, data)
+                key = (artifact_id, hashlib.blake2b(raw, digest_size=16).digest())
+                with self._lock:
+                    if key in self._seen:
+                        continue
+                    pending = self._pending.get(key)
+                    if pending is not None:
+                        waits.append((pending, key, artifact_id, raw))
+                        continue
+                    self._pending[key] = threading.Event()
+                batch.append((artifact_id, raw))
+                keys.append(key)
+                size += len(raw)
+                added += 1
+                if size >= _BATCH_BYTES:
+                    self._add(batch, keys)
+                    batch, keys, size = [], [], 0
+            self._add(batch, keys)
+        except BaseException:
+            with self._lock:  # claimed but never added (an invalid item, say): let others go on
+                for key in keys:
+                    event = self._pending.pop(key, None)
+                    if event is not None:
+                        event.set()
+            raise
+        for event, key, artifact_id, raw in waits:
+            event.wait()
             with self._lock:
-                if key in self._seen:
-                    continue
-                self._seen.add(key)
-            batch.append((artifact_id, raw))
-            size += len(raw)
-            added += 1
-            if size >= _BATCH_BYTES:
-                self._add(batch)
-                batch, size = [], 0
-        self._add(batch)
+                done = key in self._seen
+            if not done:  # the other thread failed: protect them here
+                added += self.protect_many([(artifact_id, raw)])
         return added
 
-    def _add(self, batch: list[tuple[str, bytes]]) -> None:
+    def _add(self, batch: list[tuple[str, bytes]], keys: list[tuple[str, bytes]]) -> None:
+        ok = False
         try:
             self._index.add(batch)
-        except BaseException:
-            with self._lock:  # not protected after all: a later protect() must try again
-                for artifact_id, raw in batch:
-                    self._seen.discard((artifact_id, hashlib.blake2b(raw, digest_size=16).digest()))
-            raise
+            ok = True
+        finally:
+            with self._lock:  # on failure not protected after all: a later protect() must try again
+                for key in keys:
+                    if ok:
+                        self._seen.add(key)
+                    event = self._pending.pop(key, None)
+                    if event is not None:
+                        event.set()
 
     def protect_scope(self, vault: _VaultLike, scope: Scope) -> int:
         """Protect every sealed artifact of ``scope`` (``vault.list`` / ``vault.read_bytes``); return their number."""
@@ -267,14 +299,12 @@ class LeakGuard:
             piece = pieces[index]
             if not piece.view.textual:
                 continue
-            payload = decode_base64(buf_bytes[start:end])
-            if payload is None or len(payload) < self.params.threshold:
-                continue
             lo = start - int(starts[index]) + piece.offset
             hi = end - int(starts[index]) + piece.offset
             mapping = piece.view.mapping
             origin = (mapping.start(lo), mapping.end(hi)) if mapping else (lo, hi)
-            decoded.append(_Piece(piece.leaf, View(payload, None, True, False), payload, 0, origin))
+            for payload in _base64_payloads(buf_bytes[start:end], self.params.threshold):
+                decoded.append(_Piece(piece.leaf, View(payload, None, True, False), payload, 0, origin))
         return decoded
 
     @staticmethod
@@ -374,6 +404,38 @@ def _checked(artifact_id: str, data: bytes | str) -> bytes:
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
     raise InvalidArgument("protected data must be bytes or str")
+
+
+_INNER_PADDING: Final = re.compile(rb"=+(?=\s*[^=\s])")
+_NOT_ALPHABET: Final = b"\r\n \t="
+
+
+def _base64_payloads(run: bytes, threshold: int) -> list[bytes]:
+    """Decodings of a base64-looking run that may hold a payload of ``threshold`` bytes or more.
+
+    The run is split after inner padding (concatenated padded chunks; ``key=`` glued before the
+    payload), and each part is decoded from each of its first four characters: a prefix glued to the
+    payload (``blob/``, ``token-``) shifts its alignment by any amount.
+    """
+    out: list[bytes] = []
+    pos = 0
+    parts: list[bytes] = []
+    for m in _INNER_PADDING.finditer(run):
+        parts.append(run[pos : m.end()])
+        pos = m.end()
+    parts.append(run[pos:])
+    min_chars = -(-4 * threshold // 3)
+    for part in parts:
+        chars = part.translate(None, _NOT_ALPHABET)
+        if len(chars) < min_chars:
+            continue
+        for shift in range(4):
+            if len(chars) - shift < min_chars:
+                break
+            payload = decode_base64(chars[shift:])
+            if payload is not None and len(payload) >= threshold:
+                out.append(payload)
+    return out
 
 
 def _collect(request: object, min_chars: int) -> list[Leaf]:

@@ -58,8 +58,11 @@ replays), decoded from ``Content-Encoding`` ``gzip``/``deflate``/``identity``
   scanned as bytes by the content arm only (an upload is not a tool payload, so
   the size arm does not apply); a hit is refused under either policy, since
   bytes cannot be redacted in place without corrupting the upload;
-* empty bodies and bodies in another content encoding (``br``, ``zstd``, ...)
-  pass through unchecked.
+* a body with a ``Content-Encoding`` is also scanned as sent (its raw bytes, by
+  the content arm); one the guard cannot decode (``br``, ``zstd``, corrupt or
+  mislabelled ``gzip``) is checked that way only, and a hit is refused. A gzip
+  body is inflated by its first member, as zlib-based servers do;
+* empty bodies pass through.
 
 JSON with duplicate object keys is checked as text, since parsing would hide
 all but the last value of a key.
@@ -164,7 +167,11 @@ def _decode_content(body: bytes, encodings: list[str]) -> bytes | None:
     try:
         for coding in reversed(encodings):
             if coding == "gzip" or coding == "x-gzip":
-                body = gzip.decompress(body)
+                # The first member, as zlib-based servers inflate it (trailing bytes are scanned raw too).
+                inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                body = inflater.decompress(body) + inflater.flush()
+                if not inflater.eof:
+                    return None
             elif coding == "deflate":
                 try:
                     body = zlib.decompress(body)
@@ -271,8 +278,12 @@ class GuardedTransport(_SyncTransportBase, _AsyncTransportBase):
         headers = request.headers
         encodings = [c.strip().lower() for c in str(headers.get("content-encoding", "")).split(",") if c.strip()]
         raw = _decode_content(body, encodings)
-        if raw is None:
-            return _PASS
+        if raw is None or raw is not body:
+            # Fail closed: bytes the guard cannot decode (an unknown or corrupt encoding, a mislabelled body,
+            # trailing bytes after a gzip member) are still scanned as they are sent, by the content arm.
+            self._check_binary(request, body)
+            if raw is None:
+                return _PASS
         media, charset = _media_type(str(headers.get("content-type", "")))
 
         parsed: object = None

@@ -25,8 +25,10 @@ its **site** (``messages[3].content[0].text``, ``input[1].output``,
 
 The walk understands OpenAI chat completions and responses, Anthropic messages
 and Gemini ``contents`` by their field names, with no format switch, so mixed
-and unknown shapes are walked generically (any mapping, list or tuple; objects
-with ``model_dump()`` are walked as their dump). Sites never contain content:
+and unknown shapes are walked generically (any mapping, list, tuple, set or
+frozenset; objects with ``model_dump()`` are walked as their dump, dataclasses
+and ``SimpleNamespace`` by their fields; any other object is checked as its
+``str``). Sites never contain content:
 keys that are not short identifiers are shown by position (``<key 2>``).
 
 For ``tool`` and ``args`` the size arm measures the string (UTF-8 bytes) or
@@ -37,7 +39,8 @@ value, and its strings are ``args``/``tool`` leaves with no size.
 :func:`views` gives the byte strings the content arm scans for a leaf, each
 with a map back to the leaf's own UTF-8 bytes (used to redact): the raw bytes;
 the raw bytes with JSON string escapes decoded (``\\n``, ``\\"``, ``\\uXXXX``
-with surrogate pairs), twice for JSON inside JSON; and for a data URL or a
+with surrogate pairs; also ``\\xNN`` runs and ``\\'`` of a Python bytes repr),
+twice for JSON inside JSON; and for a data URL or a
 base64 field, the decoded payload (a hit there redacts the whole leaf).
 Base64 runs inside text are found by the scanner and decoded with
 :func:`decode_base64` (a hit redacts the run).
@@ -48,11 +51,13 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import dataclasses
 import functools
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Final, Literal, NamedTuple
 from urllib.parse import unquote_to_bytes
 
@@ -80,9 +85,12 @@ _INLINE_DATA: Final = frozenset({"inline_data", "inlineData", "input_audio", "so
 _DATA_KEYS: Final = frozenset({"file_data", "b64_json", "image_base64", "audio_base64"})
 _SAFE_KEY: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,31}\Z")
 _BASE64_TEXT: Final = re.compile(r"[A-Za-z0-9+/_\-\r\n]+={0,2}\s*\Z")
-_ESCAPE: Final = re.compile(rb'\\u[0-9a-fA-F]{4}(?:\\u[0-9a-fA-F]{4})*|\\["\\/bfnrt]')
+_ESCAPE: Final = re.compile(
+    rb'\\u[0-9a-fA-F]{4}(?:\\u[0-9a-fA-F]{4})*|\\x[0-9a-fA-F]{2}(?:\\x[0-9a-fA-F]{2})*|\\["\\/bfnrt\']'
+)
 _SIMPLE_ESCAPES: Final = {
     ord('"'): b'"',
+    ord("'"): b"'",
     ord("\\"): b"\\",
     ord("/"): b"/",
     ord("b"): b"\b",
@@ -139,6 +147,7 @@ class _Walker:
         self.visit = visit
         self.rewrite = rewrite
         self.min_chars = min_chars
+        self.active: set[int] = set()  # ids of objects being walked by their fields
 
     def node(self, node: object, site: str, ctx: _Context, parent_key: str | None) -> object:
         kind = type(node)
@@ -169,7 +178,36 @@ class _Walker:
                 return type(node).model_validate(result)  # type: ignore[attr-defined]
             except Exception:  # a rebuilt model that no longer validates is sent as its dump
                 return result
-        return node
+        if isinstance(node, set | frozenset):
+            items = self.sequence(list(node), site, ctx, parent_key)
+            return type(node)(items) if self.rewrite else node  # type: ignore[call-overload]
+        if isinstance(node, type):
+            return node
+        fields = _fields(node)
+        if fields is not None:
+            if id(node) in self.active:  # a cycle: its strings are visited already
+                return node
+            self.active.add(id(node))
+            try:
+                result = self.mapping(fields, site, ctx, parent_key)
+            finally:
+                self.active.discard(id(node))
+            if not self.rewrite or result == fields:
+                return node
+            try:
+                if dataclasses.is_dataclass(node):
+                    return dataclasses.replace(node, **result)  # type: ignore[type-var, arg-type]
+                return SimpleNamespace(**result)  # type: ignore[arg-type]
+            except Exception:  # not rebuildable: sent as its fields
+                return result
+        try:  # anything else is checked as its text
+            text = str(node)
+        except Exception:
+            return node
+        if len(text) < self.min_chars:
+            return node
+        replaced = _string(text, site or "text", ctx, self.visit, self.rewrite, data_hint=False)
+        return node if replaced is text else replaced
 
     def sequence(self, node: list[Any] | tuple[Any, ...], site: str, ctx: _Context, parent_key: str | None) -> object:
         small = self.min_chars
@@ -249,6 +287,15 @@ class _Walker:
                 return replaced if self.rewrite else value
             return self.node(value, site, _Context(ctx.kind, False), None)
         return self.node(value, site, ctx, None)
+
+
+def _fields(node: object) -> dict[str, Any] | None:
+    """A dataclass instance's fields, or a plain attribute object's ``vars`` (SimpleNamespace); else None."""
+    if dataclasses.is_dataclass(node):
+        return {f.name: getattr(node, f.name, None) for f in dataclasses.fields(node)}
+    if isinstance(node, SimpleNamespace):
+        return dict(vars(node))
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -353,10 +400,11 @@ def views(leaf: Leaf, raw: bytes, reach: int) -> list[View]:
     the parts within ``reach - 1`` bytes of a decoded escape are scanned (all of it when a ``\\/``
     was decoded, which may have split a base64 run).
     """
-    if leaf.kind != "data" and b"\\" not in raw:
+    binary_text = leaf.kind == "data" and isinstance(leaf.value, bytes)  # bytes leaves get text views too
+    if (leaf.kind != "data" or binary_text) and b"\\" not in raw:
         return [View(raw, None, False, True)]
-    out = [View(raw, None, False, leaf.kind != "data")]
-    if leaf.kind == "data":
+    out = [View(raw, None, False, leaf.kind != "data" or binary_text)]
+    if leaf.kind == "data" and not binary_text:
         payload = _decode_data(leaf.value)
         if payload:
             out.append(View(payload, None, True, False))
@@ -413,7 +461,9 @@ def _unescape(raw: bytes, outer: SpanMap | None, radius: int) -> tuple[bytes, Sp
             parts.append(raw[last : m.start()])
             out_len += m.start() - last
         token = m.group()
-        if token[1:2] == b"u":
+        if token[1:2] == b"x":  # a bytes repr in log text: \\xNN runs are the bytes themselves
+            decoded = bytes.fromhex(token.replace(b"\\x", b"").decode("ascii"))
+        elif token[1:2] == b"u":
             units = bytes.fromhex(token.replace(b"\\u", b"").decode("ascii"))
             decoded = units.decode("utf-16-be", "surrogatepass").encode("utf-8", "surrogatepass")
         else:
