@@ -3,13 +3,11 @@
 Each test dispatches through ``await box.call`` and/or ``box.call_sync`` on the memory and embedded backends.
 """
 
-import asyncio
 import base64
 import inspect
 import json
 import struct
 import zlib
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +19,7 @@ from refvault.read import records as record_reads
 from refvault.read import windows
 from refvault.toolbox.ref import finish_ref_schemas
 from tests.conftest import Clock
+from tests.test_offload import dispatch
 
 MODES = ("call", "call_sync")
 FLAVORS = ("openai", "anthropic", "gemini", "mcp")
@@ -33,22 +32,6 @@ MISSING_ID = "art_" + "a" * 26
 
 
 # -- helpers ---------------------------------------------------------------------------
-
-
-def dispatch(
-    box: Toolbox,
-    mode: str,
-    name: str,
-    arguments: str | Mapping[str, Any] = "{}",
-    *,
-    scope: Scope,
-    run_id: str | None = "run_1",
-    tool_call_id: str | None = "call_1",
-) -> Observation:
-    """One dispatch through ``await box.call`` or ``box.call_sync``."""
-    if mode == "call":
-        return asyncio.run(box.call(name, arguments, scope=scope, run_id=run_id, tool_call_id=tool_call_id))
-    return box.call_sync(name, arguments, scope=scope, run_id=run_id, tool_call_id=tool_call_id)
 
 
 def ok(observation: Observation) -> dict[str, Any]:
