@@ -81,3 +81,23 @@ def test_guard_none_turns_protection_off_and_a_given_guard_is_used(vault: Vault,
     assert off.guard is None
     assert on.guard is mine
     assert [f.artifact_id for f in mine.scan(_request(secret[100:200]))] == [art]
+
+
+def test_an_artifact_protected_whole_is_not_hashed_again_on_later_calls(
+    vault: Vault, scope: Scope, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = _secret(4000, seed=5)
+    art = vault.put(scope, secret, media_type="text/plain").artifact_id
+    box = Toolbox(vault)
+
+    @box.tool
+    def size(doc: Ref) -> str:
+        return str(len(doc.read()))
+
+    calls: list[str] = []
+    original = box.guard.protect
+    monkeypatch.setattr(box.guard, "protect", lambda aid, data: (calls.append(aid), original(aid, data)))
+    for _ in range(3):
+        assert box.call_sync("size", {"doc": art}, scope=scope).content == "4000"
+    assert calls == [art]  # artifacts are immutable: protected once, still found
+    assert [f.artifact_id for f in box.guard.scan(_request(secret[500:600]))] == [art]

@@ -71,7 +71,11 @@ class DispatchFrame:
     )
 
     def __init__(
-        self, vault: Vault, scope: Scope, run_id: str | None, protect: Callable[[str, bytes], None] | None = None
+        self,
+        vault: Vault,
+        scope: Scope,
+        run_id: str | None,
+        protect: Callable[[str, bytes, bool], None] | None = None,
     ) -> None:
         self.vault = vault
         self.scope = scope
@@ -112,7 +116,7 @@ class DispatchFrame:
         if data is None:
             data = self._vault_call(lambda: self.vault.read_bytes(self.scope, artifact_id), artifact_id)
             if self.protect is not None:  # the leak guard learns every value resolved by reference
-                self.protect(artifact_id, data)
+                self.protect(artifact_id, data, True)
             with self._lock:
                 if self._closed:  # the call ended while we were reading: hand out nothing
                     data = None
@@ -161,7 +165,7 @@ class DispatchFrame:
 PROTECT_OVERLAP = 4096  # >= the guard's min_match: a span across a chunk edge lies whole in one protected join
 
 
-def _chunk_protector(protect: Callable[[str, bytes], None], artifact_id: str) -> Callable[[int, bytes], None]:
+def _chunk_protector(protect: Callable[[str, bytes, bool], None], artifact_id: str) -> Callable[[int, bytes], None]:
     """Protect a stream's chunks as they are loaded, in any order, and the join across every loaded edge.
 
     Each chunk is protected whole; the edges of loaded chunks are kept
@@ -172,16 +176,16 @@ def _chunk_protector(protect: Callable[[str, bytes], None], artifact_id: str) ->
     tails: dict[int, bytes] = {}  # chunk end offset -> its last bytes
 
     def observe(offset: int, chunk: bytes) -> None:
-        protect(artifact_id, chunk)
+        protect(artifact_id, chunk, False)
         end = offset + len(chunk)
         if offset in heads and end in tails:
             return  # loaded before: its joins are protected already
         heads[offset] = chunk[:PROTECT_OVERLAP]
         tails[end] = chunk[-PROTECT_OVERLAP:]
         if offset in tails:  # the chunk before this one was loaded
-            protect(artifact_id, tails[offset] + heads[offset])
+            protect(artifact_id, tails[offset] + heads[offset], False)
         if end in heads:  # the chunk after this one was loaded
-            protect(artifact_id, tails[end] + heads[end])
+            protect(artifact_id, tails[end] + heads[end], False)
 
     return observe
 

@@ -56,6 +56,7 @@ logger = logging.getLogger("refvault.toolbox")
 
 DEFAULT_OFFLOAD_TOKENS = 20_000
 DEFAULT_PREVIEW_CHARS = 4_000
+MAX_PROTECTED_IDS = 100_000
 
 
 class _Default:
@@ -187,6 +188,7 @@ class Toolbox:
         self.offload_tokens = offload_tokens if read_tools else None
         self.preview_chars = preview_chars
         self._guard = guard
+        self._protected: OrderedDict[str, None] = OrderedDict()  # ids protected whole (bounded)
         self._tools: dict[str, _Tool] = {}
         self._sinks: list[Callable[[ToolEvent], None]] = []
         self._runs: OrderedDict[str | None, deque[ToolEvent]] = OrderedDict()
@@ -210,10 +212,21 @@ class Toolbox:
                     self._guard = LeakGuard()
         return self._guard
 
-    def _protect(self, artifact_id: str, data: bytes) -> None:
+    def _protect(self, artifact_id: str, data: bytes, whole: bool) -> None:
+        """Protect a value a tool read; an artifact protected whole once is skipped after (artifacts are immutable)."""
         guard = self.guard
-        if guard is not None:
-            guard.protect(artifact_id, data)
+        if guard is None:
+            return
+        with self._lock:
+            if whole and artifact_id in self._protected:
+                self._protected.move_to_end(artifact_id)
+                return
+        guard.protect(artifact_id, data)
+        if whole:
+            with self._lock:
+                self._protected[artifact_id] = None
+                while len(self._protected) > MAX_PROTECTED_IDS:
+                    self._protected.popitem(last=False)
 
     def instructions(self, scope: Scope) -> str:
         """System-instruction text listing the artifacts ``load_artifacts`` can load in ``scope``."""
