@@ -20,6 +20,7 @@ from refvault.read import windows
 from refvault.toolbox.ref import finish_ref_schemas
 from tests.conftest import Clock
 from tests.test_offload import dispatch
+from tests.test_toolbox import untitled
 
 MODES = ("call", "call_sync")
 FLAVORS = ("openai", "anthropic", "gemini", "mcp")
@@ -111,18 +112,6 @@ def keys_used(node: Any) -> set[str]:
             used.add(key)
             used |= keys_used(value)
     return used
-
-
-def untitled(node: Any) -> Any:
-    if isinstance(node, list):
-        return [untitled(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    return {
-        k: ({n: untitled(s) for n, s in v.items()} if k in ("properties", "$defs") else untitled(v))
-        for k, v in node.items()
-        if k != "title"
-    }
 
 
 def keyword_names(function: Any, *, drop: tuple[str, ...] = ()) -> set[str]:
