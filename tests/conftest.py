@@ -1,8 +1,10 @@
 """Shared fixtures: every backend pair the conformance suite runs against.
 
-A backend is a factory ``(tmp_path, **vault_options) -> Vault`` plus a
+A backend is a factory ``(request, tmp_path, **vault_options) -> Vault`` plus a
 ``Tamper`` that damages stored bytes the way a disk, an operator or an
-attacker could. New backends (S3 + PostgreSQL) join by adding to BACKENDS.
+attacker could. The scale-out backend ("s3+postgres") runs on a real
+PostgreSQL and a real SeaweedFS S3 gateway, started once per session by
+``tests/servers.py``; each vault gets its own database and key prefix.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from refvault.blobs.filesystem import FilesystemBlobStore
 from refvault.blobs.memory import MemoryBlobStore
 from refvault.catalog.memory import MemoryCatalog
 from refvault.catalog.sql import SqlCatalog
+from tests.servers import S3Endpoint, fresh_database, fresh_prefix, run_postgres, run_seaweedfs
 
 
 class Clock:
@@ -86,15 +89,44 @@ class Tamper:
             )
 
 
-def _memory(tmp_path: Path, **options: Any) -> Vault:
+def _memory(request: pytest.FixtureRequest, tmp_path: Path, **options: Any) -> Vault:
     return Vault(MemoryBlobStore(), MemoryCatalog(), **options)
 
 
-def _embedded(tmp_path: Path, **options: Any) -> Vault:
+def _embedded(request: pytest.FixtureRequest, tmp_path: Path, **options: Any) -> Vault:
     return Vault.open(tmp_path / "store", **options)
 
 
-BACKENDS: dict[str, Callable[..., Vault]] = {"memory": _memory, "embedded": _embedded}
+def _scaled(request: pytest.FixtureRequest, tmp_path: Path, **options: Any) -> Vault:
+    database: str = request.getfixturevalue("postgres_url")
+    s3: S3Endpoint = request.getfixturevalue("s3_server")
+    return Vault.open(fresh_database(database), blobs=fresh_prefix(s3), s3_endpoint=s3.url, **options)
+
+
+BACKENDS: dict[str, Callable[..., Vault]] = {"memory": _memory, "embedded": _embedded, "s3+postgres": _scaled}
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A SQLAlchemy URL of the session's PostgreSQL server (use ``fresh_database`` for a database of your own)."""
+    with run_postgres() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Endpoint]:
+    """The session's S3 endpoint; its credentials are in the usual AWS environment variables meanwhile."""
+    with run_seaweedfs() as endpoint:
+        saved = {name: os.environ.get(name) for name in endpoint.env()}
+        os.environ.update(endpoint.env())
+        try:
+            yield endpoint
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 @pytest.fixture
@@ -107,7 +139,7 @@ def make_vault(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
     opened: list[Vault] = []
 
     def make(**options: Any) -> Vault:
-        vault = BACKENDS[request.param](tmp_path, **options)
+        vault = BACKENDS[request.param](request, tmp_path, **options)
         opened.append(vault)
         return vault
 

@@ -29,7 +29,7 @@ def test_published_age_counts_from_publication_not_from_the_last_write(tmp_path:
     temp = next((tmp_path / "tmp").iterdir())
     two_hours_ago = time.time() - 7200
     os.utime(temp, (two_hours_ago, two_hours_ago))
-    writer.seal()
+    writer.seal(KEY)
     writer.publish(KEY)
     age = store.age(KEY)
     assert age is not None
@@ -76,7 +76,7 @@ def test_a_retried_batch_never_references_a_blob_collected_in_the_gap(tmp_path: 
     for i, key in enumerate(keys):
         writer = store.writer()
         writer.write(b"payload %d" % i)
-        writer.seal()
+        writer.seal(key)
         manifest = Manifest(
             f"art_{'a' * 25}{i}", Scope("t", "u", "s"), key.digest, 9, "text/plain", "model", datetime.now(UTC)
         )

@@ -208,8 +208,8 @@ def _plant_orphans(vault: refvault.Vault, store: Path, *, age: float) -> tuple[B
     data = secrets.token_bytes(100 * 1024)
     blob_writer = vault.blobs.writer()
     blob_writer.write(data)
-    blob_writer.seal()
     key = BlobKey(namespace_of(writer.TENANTS[0]), hashlib.sha256(data).hexdigest())
+    blob_writer.seal(key)
     blob_writer.publish(key)
     temp = secrets.token_hex(16) + ".tmp"
     (store / "tmp" / temp).write_bytes(data[:1000])

@@ -305,8 +305,8 @@ class _ChangingSource(MemoryBlobStore):
                     store.source[:] = b"\x00" * len(store.source)
                 inner.write(data)
 
-            def seal(self) -> None:
-                inner.seal()
+            def seal(self, key: BlobKey) -> None:
+                inner.seal(key)
 
             def publish(self, key: BlobKey) -> None:
                 inner.publish(key)
@@ -333,7 +333,8 @@ def test_a_concurrent_sweep_cannot_take_a_temporary_being_published(tmp_path: Pa
     store = FilesystemBlobStore(tmp_path)
     writer = store.writer()
     writer.write(b"payload")
-    writer.seal()
+    key = BlobKey("a" * 32, "b" * 64)
+    writer.seal(key)
     real_publish = store._publish
     swept: list[int] = []
 
@@ -342,7 +343,6 @@ def test_a_concurrent_sweep_cannot_take_a_temporary_being_published(tmp_path: Pa
         real_publish(temp_name, key)
 
     store._publish = publish_with_gc_racing  # type: ignore[method-assign]
-    key = BlobKey("a" * 32, "b" * 64)
     writer.publish(key)
     assert swept == [0]
     assert store.exists(key)

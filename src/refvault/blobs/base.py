@@ -2,8 +2,8 @@
 
 Contract (checked for every backend by ``tests/test_conformance.py``):
 
-* ``writer()`` returns a private writer; nothing it writes is visible until
-  ``publish(key)``. ``seal()`` makes the private bytes durable (``fsync``) and
+* ``writer()`` returns a private writer; nothing it writes is referenced until
+  ``publish(key)``. ``seal(key)`` makes the bytes durable (``fsync``) and
   runs outside any lock; ``publish(key)`` atomically makes them visible under
   ``key`` and makes that durable too. The vault calls ``publish`` inside the
   catalog's publish transaction, under its write lock, so garbage collection
@@ -48,8 +48,14 @@ class BlobWriter(Protocol):
 
     def write(self, data: bytes | memoryview) -> None: ...
 
-    def seal(self) -> None:
-        """Make the written bytes durable while still private."""
+    def seal(self, key: BlobKey) -> None:
+        """Make the written bytes durable while still unreferenced; ``key`` is where they will be published.
+
+        A store may already write them under ``key`` here (the S3 store does, so
+        large uploads happen outside the catalog transaction): until the
+        catalog commits a reference, garbage collection spares the object for
+        its grace period, and ``publish`` re-confirms it under the catalog lock.
+        """
 
     def publish(self, key: BlobKey) -> None:
         """Atomically make the sealed bytes visible under ``key``, durably.

@@ -177,7 +177,7 @@ class _FileWriter:
             start(self._fd, self._kicked, self._written - self._kicked, _SYNC_FILE_RANGE_WRITE)
         self._kicked = self._written
 
-    def seal(self) -> None:
+    def seal(self, key: BlobKey) -> None:
         try:
             os.fchmod(self._fd, 0o440)
             _fsync(self._fd, "a blob")

@@ -39,7 +39,7 @@ class _MemoryWriter:
     def write(self, data: bytes | memoryview) -> None:
         self._buffer += data
 
-    def seal(self) -> None:
+    def seal(self, key: BlobKey) -> None:
         pass
 
     def publish(self, key: BlobKey) -> None:

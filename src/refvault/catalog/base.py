@@ -32,7 +32,7 @@ from refvault.errors import IdempotencyConflict, RefvaultError
 from refvault.ids import namespace_of
 from refvault.model import RESOLVER, Descriptor, Disclosure, Scope, selectors_for
 
-__all__ = ["BlobRecord", "Catalog", "Derivation", "Manifest", "Publication", "replay_or_conflict"]
+__all__ = ["ApiKey", "BlobRecord", "Catalog", "Derivation", "Manifest", "Publication", "replay_or_conflict"]
 
 CHUNK_SIZE = 1 << 20
 
@@ -140,6 +140,25 @@ class Derivation:
         return BlobKey(self.source.namespace, self.digest)
 
 
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    """One API key of the HTTP service. The token itself is never stored, only its SHA-256.
+
+    Tokens carry 256 random bits, so a fast hash is enough: there is nothing
+    to brute-force. ``sessions=None`` lets the key act in every session of its
+    user. A revoked key stays on record (``revoked_at``) and never authenticates again.
+    """
+
+    key_id: str
+    secret_hash: str
+    tenant: str
+    user: str
+    sessions: frozenset[str] | None
+    created_at: datetime
+    revoked_at: datetime | None = None
+    label: str | None = None
+
+
 _REPLAYED_FIELDS = (
     "digest",
     "media_type",
@@ -232,5 +251,24 @@ class Catalog(Protocol):
 
     def record_chunks(self, key: BlobKey, chunk_size: int, digests: bytes) -> None:
         """Record chunk digests derived (and checked against the content hash) by a reader."""
+
+    # -- the service's own small records -------------------------------------------
+
+    def add_api_key(self, key: ApiKey) -> None:
+        """Store a new key; its ``key_id`` must be unused (else :class:`~refvault.errors.StorageError`)."""
+
+    def find_api_key(self, key_id: str) -> ApiKey | None: ...
+
+    def revoke_api_key(self, key_id: str, at: datetime) -> bool:
+        """Mark the key revoked at ``at``; False if it is unknown or already revoked."""
+
+    def api_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        """Every key (of ``tenant``), oldest first."""
+
+    def get_setting(self, name: str) -> str | None:
+        """A small named value shared by every process of the store (e.g. the cursor key ring)."""
+
+    def swap_setting(self, name: str, expected: str | None, value: str) -> bool:
+        """Atomically set ``name`` to ``value`` if it currently holds ``expected`` (None: absent)."""
 
     def close(self) -> None: ...

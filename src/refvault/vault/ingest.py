@@ -149,8 +149,8 @@ class _BackgroundWriter:
                 self._thread.join(timeout=0.1)
 
 
-def ingest(data: object, blobs: BlobStore, *, inline_max: int) -> Ingested:
-    """Consume ``data`` once; return its digests and a sealed writer (or the inline bytes)."""
+def ingest(data: object, blobs: BlobStore, *, namespace: str, inline_max: int) -> Ingested:
+    """Consume ``data`` once; return its digests and a writer sealed for ``namespace`` (or the inline bytes)."""
     chunks = aligned_chunks(data)
     full = hashlib.sha256()
     first = next(chunks, None)
@@ -177,7 +177,7 @@ def ingest(data: object, blobs: BlobStore, *, inline_max: int) -> Ingested:
         if background is not None:
             background.finish()
             background = None
-        writer.seal()
+        writer.seal(BlobKey(namespace, full.hexdigest()))
     except BaseException:
         if background is not None:
             background.stop()  # the helper must be gone before the writer's file is closed

