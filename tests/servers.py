@@ -41,7 +41,7 @@ class S3Endpoint:
     url: str
     bucket: str
     access_key: str = "refvault-test"
-    secret_key: str = "refvault-test-secret"  # noqa: S105 - SeaweedFS without IAM accepts any credentials
+    secret_key: str = "refvault-test-secret"  # SeaweedFS without IAM accepts any credentials
     region: str = "us-east-1"
 
     def env(self) -> dict[str, str]:

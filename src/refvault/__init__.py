@@ -24,6 +24,7 @@ _EXPORTS = {
     "Artifact": "refvault.toolbox.toolbox",
     "AsyncVault": "refvault.vault.aio",
     "AuditRecord": "refvault.vault.vault",
+    "Client": "refvault.client",
     "ArtifactStream": "refvault.vault.verified",
     "Descriptor": "refvault.model",
     "GcReport": "refvault.vault.vault",
@@ -59,6 +60,8 @@ _EXPORTS = {
     "IdempotencyConflict": "refvault.errors",
     "IntegrityError": "refvault.errors",
     "StorageError": "refvault.errors",
+    "Unauthenticated": "refvault.errors",
+    "Forbidden": "refvault.errors",
 }
 
 __all__ = [
@@ -72,6 +75,7 @@ __all__ = [
     "AsyncVault",
     "AuditRecord",
     "BadRef",
+    "Client",
     "Descriptor",
     "Expired",
     "GcReport",
@@ -91,9 +95,11 @@ __all__ = [
     "Scope",
     "SealedArtifact",
     "StorageError",
+    "Forbidden",
     "ToolContext",
     "ToolEvent",
     "Toolbox",
+    "Unauthenticated",
     "UnresolvedRef",
     "UnsupportedRead",
     "Vault",
@@ -104,11 +110,13 @@ __all__ = [
 
 if TYPE_CHECKING:
     from refvault import errors, read
+    from refvault.client import Client
     from refvault.errors import (
         BadRef,
         ContextLeak,
         EmptyPart,
         Expired,
+        Forbidden,
         IdempotencyConflict,
         IntegrityError,
         InvalidArgument,
@@ -124,6 +132,7 @@ if TYPE_CHECKING:
         SealedArtifact,
         StorageError,
         TooLarge,
+        Unauthenticated,
         UnresolvedRef,
         UnsupportedRead,
     )

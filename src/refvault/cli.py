@@ -927,8 +927,12 @@ def demo(ctx: click.Context, as_json: bool) -> None:
 
 def _attach_integrations() -> None:
     from refvault.integrations.mcp.cli import mcp as mcp_group
+    from refvault.server.cli import keys as keys_group
+    from refvault.server.cli import serve as serve_command
 
     main.add_command(mcp_group)
+    main.add_command(serve_command)
+    main.add_command(keys_group)
 
 
 _attach_integrations()

@@ -27,7 +27,9 @@ about an artifact that does not exist.
     │   └── TooLarge                     a part or the whole result is over its limit (refused, not truncated)
     ├── IntegrityError                   stored bytes disagree with the manifest; no bad byte returned
     ├── StorageError (OSError)           the backend failed (I/O, fsync, unsafe store layout)
-    └── UnresolvedRef                    a Ref was read outside the tool call that received it
+    ├── UnresolvedRef                    a Ref was read outside the tool call that received it
+    ├── Unauthenticated                  no valid API key (missing, malformed, unknown, revoked: one message)
+    └── Forbidden                        the key is valid but may not act in the requested tenant/user/session
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ __all__ = [
     "StorageError",
     "BadRef",
     "UnresolvedRef",
+    "Unauthenticated",
+    "Forbidden",
 ]
 
 
@@ -217,3 +221,15 @@ class UnresolvedRef(RefvaultError):
     Resolved bytes live only for the duration of one dispatch; after it, in
     another task or another run, the ``Ref`` is just an id.
     """
+
+
+class Unauthenticated(RefvaultError):
+    """The request carries no valid API key.
+
+    One message for every cause (missing, malformed, unknown, revoked or a
+    wrong secret), so a caller learns nothing about which keys exist.
+    """
+
+
+class Forbidden(RefvaultError):
+    """The API key is valid, but it may not act in the tenant, user or session the request names."""

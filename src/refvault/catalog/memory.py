@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from refvault.blobs.base import BlobKey
-from refvault.catalog.base import BlobRecord, Derivation, Manifest, Publication, replay_or_conflict
-from refvault.errors import RefvaultError
+from refvault.catalog.base import ApiKey, BlobRecord, Derivation, Manifest, Publication, replay_or_conflict
+from refvault.errors import RefvaultError, StorageError
 from refvault.model import Scope
 
 __all__ = ["MemoryCatalog"]
@@ -36,6 +36,8 @@ class MemoryCatalog:
         self._rows: dict[str, _Row] = {}
         self._blobs: dict[BlobKey, tuple[BlobRecord, float]] = {}
         self._derivations: dict[tuple[BlobKey, str], Derivation] = {}
+        self._api_keys: dict[str, ApiKey] = {}
+        self._settings: dict[str, str] = {}
 
     def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
         with self._lock:
@@ -171,6 +173,42 @@ class MemoryCatalog:
             self._blobs.pop(key, None)
             for link in [link for link in self._derivations if link[0] == key]:
                 del self._derivations[link]
+            return True
+
+    # -- the service's own small records -------------------------------------------
+
+    def add_api_key(self, key: ApiKey) -> None:
+        with self._lock:
+            if key.key_id in self._api_keys:
+                raise StorageError("the catalog failed: an API key with this id already exists")
+            self._api_keys[key.key_id] = key
+
+    def find_api_key(self, key_id: str) -> ApiKey | None:
+        with self._lock:
+            return self._api_keys.get(key_id)
+
+    def revoke_api_key(self, key_id: str, at: datetime) -> bool:
+        with self._lock:
+            key = self._api_keys.get(key_id)
+            if key is None or key.revoked_at is not None:
+                return False
+            self._api_keys[key_id] = replace(key, revoked_at=at)
+            return True
+
+    def api_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        with self._lock:
+            keys = [key for key in self._api_keys.values() if tenant is None or key.tenant == tenant]
+        return sorted(keys, key=lambda key: (key.created_at, key.key_id))
+
+    def get_setting(self, name: str) -> str | None:
+        with self._lock:
+            return self._settings.get(name)
+
+    def swap_setting(self, name: str, expected: str | None, value: str) -> bool:
+        with self._lock:
+            if self._settings.get(name) != expected:
+                return False
+            self._settings[name] = value
             return True
 
     def close(self) -> None:

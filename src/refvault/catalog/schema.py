@@ -2,7 +2,10 @@
 
 Migrations are numbered functions applied in order inside one write
 transaction; ``refvault_migrations`` records which ran. A database newer than
-this code is refused rather than guessed at.
+this code is refused rather than guessed at. Several processes may open a
+fresh database at once: SQLite serialises them with its write lock,
+PostgreSQL with an advisory lock taken first in the migration transaction
+(see :mod:`refvault.catalog.sql`), so exactly one of them creates each table.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-__all__ = ["MIGRATIONS", "artifacts", "blobs", "derivations", "metadata", "migrations"]
+__all__ = ["MIGRATIONS", "api_keys", "artifacts", "blobs", "derivations", "metadata", "migrations", "settings"]
 
 metadata = sa.MetaData()
 
@@ -73,6 +76,32 @@ derivations = sa.Table(
     sa.Index("ix_refvault_derivations_derived", "namespace", "derived_digest"),
 )
 
+# The HTTP service's API keys. Only the SHA-256 of a token is kept; ``sessions`` is the JSON list of
+# sessions the key may act in, or NULL for every session of its user.
+api_keys = sa.Table(
+    "refvault_api_keys",
+    metadata,
+    sa.Column("key_id", sa.String(64), primary_key=True),
+    sa.Column("secret_hash", sa.String(64), nullable=False),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("user_name", sa.String(128), nullable=False),
+    sa.Column("sessions", sa.Text),
+    sa.Column("created_us", sa.BigInteger, nullable=False),
+    sa.Column("revoked_us", sa.BigInteger),
+    sa.Column("label", sa.String(256)),
+    sa.Index("ix_refvault_api_keys_tenant", "tenant"),
+)
+
+# Small named values every process of a store shares (e.g. the cursor key ring), changed only by
+# compare-and-set so concurrent writers agree on one value.
+settings = sa.Table(
+    "refvault_settings",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+    sa.Column("updated_us", sa.BigInteger, nullable=False),
+)
+
 migrations = sa.Table(
     "refvault_migrations",
     metadata,
@@ -89,4 +118,8 @@ def _v2(conn: sa.Connection) -> None:
     metadata.create_all(conn, tables=[derivations])
 
 
-MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _v1), (2, _v2)]
+def _v3(conn: sa.Connection) -> None:
+    metadata.create_all(conn, tables=[api_keys, settings])
+
+
+MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3)]

@@ -1,17 +1,38 @@
-"""SQL catalog over SQLAlchemy Core: SQLite now, PostgreSQL on the same schema.
+"""SQL catalog over SQLAlchemy Core: SQLite (embedded) and PostgreSQL (scale-out), one schema.
 
-SQLite runs in WAL mode with ``synchronous=FULL`` (a commit is durable when it
+**SQLite** runs in WAL mode with ``synchronous=FULL`` (a commit is durable when it
 returns) and a 30 s busy timeout, so several processes can share one store.
 Write transactions start with ``BEGIN IMMEDIATE``: they take the database's
 write lock up front, which is the lock ``publish`` and ``collect`` rely on.
+
+**PostgreSQL** (psycopg 3, a pre-pinged connection pool, READ COMMITTED) has no
+single write lock, so the capture protocol's ordering (blob durable, then
+manifest committed, then reference published) is kept with transaction-scoped
+advisory locks, always taken in ascending order so that writers never deadlock:
+
+* ``publish`` locks every blob key of its batch and every (scope, idempotency
+  key) of its batch *before* it calls ``make_visible`` and before it looks up
+  idempotency keys;
+* ``collect`` and ``publish_derivation`` lock the blob key(s) they touch.
+
+A lock is released only after its transaction's commit is visible, and under
+READ COMMITTED every statement after the lock sees that commit: so a ``collect``
+racing a ``publish`` of the same blob either runs first (and the publisher's
+``make_visible`` re-confirms the bytes) or sees the new reference and keeps the
+blob; and of concurrent captures with one idempotency key exactly one inserts,
+the others replay it. Migrations take a fixed advisory lock, so several
+processes may open a fresh database at once.
+
 Reads are single statements (each sees one snapshot) and never block on writers; the one write
 a reader may attempt (recording derived chunk digests) gives up after 250 ms.
-Database failures surface as :class:`~refvault.errors.StorageError`.
+Database failures surface as :class:`~refvault.errors.StorageError` naming the
+error class, never the SQL or its parameters.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import stat
@@ -22,12 +43,12 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects import postgresql, sqlite
 
 from refvault.blobs.base import BlobKey
-from refvault.catalog.base import BlobRecord, Derivation, Manifest, Publication, replay_or_conflict
-from refvault.catalog.schema import MIGRATIONS, artifacts, blobs, derivations, migrations
-from refvault.errors import RefvaultError, StorageError
+from refvault.catalog.base import ApiKey, BlobRecord, Derivation, Manifest, Publication, replay_or_conflict
+from refvault.catalog.schema import MIGRATIONS, api_keys, artifacts, blobs, derivations, migrations, settings
+from refvault.errors import InvalidArgument, RefvaultError, StorageError
 from refvault.model import Scope
 
 __all__ = ["SqlCatalog"]
@@ -78,12 +99,19 @@ _IN_SCOPE = sa.and_(
 _FIND = sa.select(artifacts).where(artifacts.c.artifact_id == sa.bindparam("artifact_id"), _IN_SCOPE)
 _FIND_KEY = sa.select(artifacts).where(_IN_SCOPE, artifacts.c.idempotency_key == sa.bindparam("idempotency_key"))
 _BLOB = sa.select(blobs).where(blobs.c.namespace == sa.bindparam("ns"), blobs.c.digest == sa.bindparam("dg"))
-_upsert = sqlite.insert(blobs)
-# A re-published blob has the same bytes: refresh its age, heal inline bytes, keep derived chunk digests.
-_UPSERT_BLOB = _upsert.on_conflict_do_update(
-    index_elements=[blobs.c.namespace, blobs.c.digest],
-    set_={"touched_us": _upsert.excluded.touched_us, "inline_data": _upsert.excluded.inline_data},
-)
+
+
+def _upsert_blob(insert: Any) -> sa.Executable:
+    """A re-published blob has the same bytes: refresh its age, heal inline bytes, keep derived chunk digests."""
+    statement = insert(blobs)
+    upsert: sa.Executable = statement.on_conflict_do_update(
+        index_elements=[blobs.c.namespace, blobs.c.digest],
+        set_={"touched_us": statement.excluded.touched_us, "inline_data": statement.excluded.inline_data},
+    )
+    return upsert
+
+
+_UPSERT_BLOB = {"sqlite": _upsert_blob(sqlite.insert), "postgresql": _upsert_blob(postgresql.insert)}
 _INSERT_ARTIFACT = artifacts.insert()
 _RELEASE_KEY = artifacts.update().where(artifacts.c.artifact_id == sa.bindparam("holder")).values(idempotency_key=None)
 _RECORD_CHUNKS = (
@@ -134,22 +162,63 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _translated(method: F) -> F:
-    """Turn database failures into :class:`StorageError` (type name only: no SQL, no parameters)."""
+    """Turn database failures into :class:`StorageError` (no SQL, no parameters: see :func:`_describe`)."""
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
         except sa.exc.SQLAlchemyError as exc:
-            reason = getattr(exc, "orig", None) or exc
-            raise StorageError(f"the catalog failed: {type(reason).__name__}: {_first_line(reason)}") from None
+            raise StorageError(f"the catalog failed: {_describe(exc)}") from None
+        except UnicodeEncodeError:  # the driver's message would quote the offending character
+            raise InvalidArgument("text stored in the catalog must be valid Unicode (no lone surrogates)") from None
 
     return cast(F, wrapper)
+
+
+# PostgreSQL error classes whose first message line names only the failure, never a value:
+# connection problems, constraint names, transaction rollbacks, resources, locks, shutdowns.
+_PLAIN_SQLSTATE_CLASSES = frozenset({"08", "23", "40", "53", "54", "55", "57", "58"})
+
+
+def _describe(exc: BaseException) -> str:
+    """The error class and, where it cannot carry a value, the first line of its message."""
+    reason = getattr(exc, "orig", None) or exc
+    name = type(reason).__name__
+    sqlstate = getattr(reason, "sqlstate", None)
+    if isinstance(sqlstate, str):  # PostgreSQL: some messages quote values ("invalid input syntax ...: \"x\"")
+        if sqlstate[:2] not in _PLAIN_SQLSTATE_CLASSES:
+            return f"{name} (SQLSTATE {sqlstate})"
+        return f"{name} (SQLSTATE {sqlstate}): {_first_line(reason)}"
+    if type(reason).__module__.startswith("psycopg") and name not in {"OperationalError", "InterfaceError"}:
+        return name  # raised by the driver itself (e.g. adapting a value): its text may quote the value
+    return f"{name}: {_first_line(reason)}"
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).splitlines()
     return text[0][:200] if text else ""
+
+
+# -- PostgreSQL advisory locks ---------------------------------------------------------
+
+# The fixed key of the migration lock (an arbitrary constant; "refvault" in ASCII).
+_MIGRATION_LOCK = 0x7265667661756C74
+_LOCK_KEYS = sa.text("SELECT pg_advisory_xact_lock(k) FROM unnest(CAST(:keys AS bigint[])) AS k")
+
+
+def _lock_id(*parts: str) -> int:
+    """A signed 64-bit advisory lock id for a tuple of strings (a collision only serialises two writers)."""
+    raw = hashlib.sha256(json.dumps(parts).encode("ascii")).digest()  # json.dumps escapes to ASCII
+    return int.from_bytes(raw[:8], "big", signed=True)
+
+
+def _blob_lock(key: BlobKey) -> int:
+    return _lock_id("blob", key.namespace, key.digest)
+
+
+def _idempotency_lock(scope: Scope, key: str) -> int:
+    return _lock_id("idempotency", scope.tenant, scope.user, scope.session, key)
 
 
 class SqlCatalog:
@@ -169,17 +238,42 @@ class SqlCatalog:
             os.close(fd)
         return cls(sa.engine.URL.create("sqlite", database=str(path)))
 
-    def __init__(self, url: str | sa.engine.URL) -> None:
+    def __init__(self, url: str | sa.engine.URL, *, pool_size: int = 5, max_overflow: int = 10) -> None:
+        """Open (and migrate) the catalog at ``url``: ``sqlite:///path`` or ``postgresql://...``.
+
+        ``postgresql://`` and ``postgres://`` mean psycopg 3 (``postgresql+psycopg://``).
+        ``pool_size``/``max_overflow`` size the PostgreSQL connection pool per process.
+        """
         self._closed = False
-        self._engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-        if self._engine.dialect.name != "sqlite":
-            raise StorageError("SqlCatalog supports SQLite URLs in this release")
-        sa.event.listen(self._engine, "connect", _sqlite_connect)
-        sa.event.listen(self._engine, "begin", _sqlite_begin)
+        target = _checked_url(url)
+        try:
+            if target.get_backend_name() == "sqlite":
+                self._engine = sa.create_engine(target, connect_args={"check_same_thread": False, "timeout": 30})
+                sa.event.listen(self._engine, "connect", _sqlite_connect)
+                sa.event.listen(self._engine, "begin", _sqlite_begin)
+            else:
+                self._engine = sa.create_engine(
+                    target,
+                    pool_size=pool_size,
+                    max_overflow=max_overflow,
+                    pool_pre_ping=True,
+                    pool_timeout=30,
+                    connect_args={"connect_timeout": 10, "application_name": "refvault"},
+                )
+        except (ImportError, sa.exc.NoSuchModuleError):
+            raise StorageError("a postgresql:// catalog needs psycopg 3: install refvault[postgres]") from None
+        except sa.exc.SQLAlchemyError as exc:
+            raise StorageError(f"cannot open the catalog: {type(exc).__name__}") from None
+        self._postgres = self._engine.dialect.name == "postgresql"
+        self._upsert_blob = _UPSERT_BLOB[self._engine.dialect.name]
         try:
             self._migrate()
         except sa.exc.SQLAlchemyError as exc:
-            raise StorageError(f"cannot open the catalog: {type(exc).__name__}") from None
+            self._engine.dispose()
+            raise StorageError(f"cannot open the catalog: {_describe(exc)}") from None
+        except BaseException:
+            self._engine.dispose()
+            raise
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -191,8 +285,17 @@ class SqlCatalog:
             raise StorageError("the catalog is closed")
         return self._engine.connect()
 
+    def _lock(self, conn: sa.Connection, keys: set[int]) -> None:
+        """PostgreSQL: take the advisory locks ``keys`` until the transaction ends, in ascending order.
+
+        SQLite needs nothing here: its write transactions already hold the one write lock.
+        """
+        if self._postgres and keys:
+            conn.execute(_LOCK_KEYS, {"keys": sorted(keys)})
+
     def _migrate(self) -> None:
         with self._write() as conn, conn.begin():
+            self._lock(conn, {_MIGRATION_LOCK})  # concurrent openers of a fresh database queue here
             migrations.create(conn, checkfirst=True)
             applied = set(conn.scalars(sa.select(migrations.c.version)))
             newest = max(version for version, _ in MIGRATIONS)
@@ -211,6 +314,15 @@ class SqlCatalog:
         blob_rows: list[dict[str, Any]] = []
         artifact_rows: list[dict[str, Any]] = []
         with self._write() as conn, conn.begin():
+            self._lock(
+                conn,
+                {_blob_lock(item.blob.key) for item in items}
+                | {
+                    _idempotency_lock(item.manifest.scope, item.manifest.idempotency_key)
+                    for item in items
+                    if item.manifest.idempotency_key is not None
+                },
+            )
             make_visible()
             now = _now_us()
             claimed: dict[tuple[Scope, str], Manifest] = {}  # idempotency keys taken by this batch
@@ -238,7 +350,7 @@ class SqlCatalog:
                 artifact_rows.append(_artifact_row(m))
                 results.append(m)
             if blob_rows:
-                conn.execute(_UPSERT_BLOB, blob_rows)
+                conn.execute(self._upsert_blob, blob_rows)
                 conn.execute(_INSERT_ARTIFACT, artifact_rows)
         return results
 
@@ -250,6 +362,11 @@ class SqlCatalog:
         lock is busy the digests are simply derived again by a later reader.
         """
         params = {"ns": key.namespace, "dg": key.digest, "chunk_size": chunk_size, "chunk_digests": digests}
+        if self._postgres:
+            with self._write() as conn, conn.begin():
+                conn.exec_driver_sql("SET LOCAL lock_timeout = '250ms'")
+                conn.execute(_RECORD_CHUNKS, params)
+            return
         with self._write() as conn:
             raw = conn.connection.dbapi_connection
             assert raw is not None
@@ -279,6 +396,7 @@ class SqlCatalog:
         cutoff = _now_us() - int(older_than * 1_000_000)
         where = sa.and_(blobs.c.namespace == key.namespace, blobs.c.digest == key.digest)
         with self._write() as conn, conn.begin():
+            self._lock(conn, {_blob_lock(key)})  # after this, a concurrent publish of the key is visible
             if conn.execute(sa.select(_references(key))).scalar():
                 return False
             touched = conn.execute(sa.select(blobs.c.touched_us).where(where)).scalar()
@@ -302,6 +420,7 @@ class SqlCatalog:
         params = {"ns": source.namespace, "dg": source.digest, "kind": derivation.kind}
         referenced = sa.exists().where(artifacts.c.namespace == source.namespace, artifacts.c.digest == source.digest)
         with self._write() as conn, conn.begin():
+            self._lock(conn, {_blob_lock(source), _blob_lock(blob.key)})
             row = conn.execute(_DERIVATION, params).first()
             if row is not None:
                 return _derivation(row)
@@ -309,7 +428,7 @@ class SqlCatalog:
                 return None
             make_visible()
             now = _now_us()
-            conn.execute(_UPSERT_BLOB, [_blob_row(blob, now)])
+            conn.execute(self._upsert_blob, [_blob_row(blob, now)])
             conn.execute(
                 derivations.insert().values(
                     namespace=source.namespace,
@@ -394,9 +513,103 @@ class SqlCatalog:
             ).all()
         return [BlobKey(row.namespace, row.digest) for row in rows]
 
+    # -- the service's own small records -------------------------------------------
+
+    @_translated
+    def add_api_key(self, key: ApiKey) -> None:
+        with self._write() as conn, conn.begin():
+            conn.execute(api_keys.insert().values(**_api_key_row(key)))
+
+    @_translated
+    def find_api_key(self, key_id: str) -> ApiKey | None:
+        with self._read() as conn:
+            row = conn.execute(sa.select(api_keys).where(api_keys.c.key_id == key_id)).first()
+        return None if row is None else _api_key(row)
+
+    @_translated
+    def revoke_api_key(self, key_id: str, at: datetime) -> bool:
+        with self._write() as conn, conn.begin():
+            result = conn.execute(
+                api_keys.update()
+                .where(api_keys.c.key_id == key_id, api_keys.c.revoked_us.is_(None))
+                .values(revoked_us=_us(at))
+            )
+            return bool(result.rowcount)
+
+    @_translated
+    def api_keys(self, tenant: str | None = None) -> list[ApiKey]:
+        query = sa.select(api_keys).order_by(api_keys.c.created_us, api_keys.c.key_id)
+        if tenant is not None:
+            query = query.where(api_keys.c.tenant == tenant)
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return [_api_key(row) for row in rows]
+
+    @_translated
+    def get_setting(self, name: str) -> str | None:
+        with self._read() as conn:
+            value: str | None = conn.execute(sa.select(settings.c.value).where(settings.c.name == name)).scalar()
+        return value
+
+    @_translated
+    def swap_setting(self, name: str, expected: str | None, value: str) -> bool:
+        """Compare-and-set in one statement: an UPDATE guarded by the old value, or an INSERT that yields."""
+        row = {"name": name, "value": value, "updated_us": _now_us()}
+        with self._write() as conn, conn.begin():
+            if expected is None:
+                dialect: Any = postgresql if self._postgres else sqlite
+                # RETURNING, not rowcount: psycopg reports no row count for an INSERT through SQLAlchemy.
+                created = dialect.insert(settings).values(**row).on_conflict_do_nothing().returning(settings.c.name)
+                return conn.execute(created).first() is not None
+            result = conn.execute(
+                settings.update()
+                .where(settings.c.name == name, settings.c.value == expected)
+                .values(value=value, updated_us=row["updated_us"])
+            )
+            return bool(result.rowcount == 1)
+
     def close(self) -> None:
         self._closed = True
         self._engine.dispose()
+
+
+def _checked_url(url: str | sa.engine.URL) -> sa.engine.URL:
+    """A SQLite or PostgreSQL URL; bare ``postgresql://``/``postgres://`` means psycopg 3."""
+    try:
+        target = sa.make_url(url)
+    except (sa.exc.ArgumentError, ValueError, TypeError):
+        raise InvalidArgument("the catalog URL is not a valid database URL") from None
+    if target.drivername in ("postgresql", "postgres"):
+        target = target.set(drivername="postgresql+psycopg")
+    if target.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg"):
+        raise InvalidArgument("SqlCatalog supports sqlite:/// and postgresql:// (psycopg 3) URLs")
+    return target
+
+
+def _api_key_row(key: ApiKey) -> dict[str, Any]:
+    return {
+        "key_id": key.key_id,
+        "secret_hash": key.secret_hash,
+        "tenant": key.tenant,
+        "user_name": key.user,
+        "sessions": None if key.sessions is None else _json(sorted(key.sessions)),
+        "created_us": _us(key.created_at),
+        "revoked_us": None if key.revoked_at is None else _us(key.revoked_at),
+        "label": key.label,
+    }
+
+
+def _api_key(row: sa.Row[Any]) -> ApiKey:
+    return ApiKey(
+        key_id=row.key_id,
+        secret_hash=row.secret_hash,
+        tenant=row.tenant,
+        user=row.user_name,
+        sessions=None if row.sessions is None else frozenset(json.loads(row.sessions)),
+        created_at=_from_us(row.created_us),
+        revoked_at=None if row.revoked_us is None else _from_us(row.revoked_us),
+        label=row.label,
+    )
 
 
 def _blob_row(blob: BlobRecord, now: int) -> dict[str, Any]:

@@ -71,6 +71,8 @@ from refvault.vault.vault import Vault
 if TYPE_CHECKING:
     import duckdb
 
+    from refvault.client import VaultLike
+
 __all__ = ["INDEX", "MAX_LIMIT", "RecordSet", "capture_records", "derive", "query", "rotate_cursor_keys"]
 
 KIND = "records.parquet.v1"  # the derivation kind is KIND + ":" + source format (same bytes, other format: other kind)
@@ -269,14 +271,29 @@ def _engine(vault: Vault) -> _Engine:
 
 
 class _Keys:
-    """A vault's cursor key ring; for an embedded store, the ring in ``cursor-keys.json`` (re-read when it changes)."""
+    """A vault's cursor key ring, shared by every process of its store; re-read when another process rotates it.
+
+    * An embedded store (``vault.location``) keeps the ring in ``cursor-keys.json``,
+      re-read whenever the file's mtime changes.
+    * Any other store (PostgreSQL, memory) keeps it in the catalog setting
+      ``cursor-keys``: created with ``swap_setting(expected=None)`` so concurrent
+      creators agree on one ring, rotated by compare-and-set (retried on a race),
+      and re-read when the stored text changed, checked at most every
+      ``recheck`` seconds and at once when a cursor names an unknown key.
+    """
+
+    SETTING = "cursor-keys"
+    recheck = 1.0  # seconds between checks of the catalog for a ring rotated elsewhere
 
     def __init__(self, vault: Vault) -> None:
         self._lock = threading.Lock()
         self._path = None if vault.location is None else vault.location / "cursor-keys.json"
-        self._seen: int | None = None
+        self._catalog = vault.catalog
+        self._seen: int | None = None  # mtime of the file read last
+        self._text: str | None = None  # the catalog setting read last
+        self._checked = 0.0  # time.monotonic() of the last look at the catalog
         now = vault.clock()
-        self._ring = cursors.KeyRing.generate(now=now) if self._path is None else self._load(now)
+        self._ring = self._load(now) if self._path is not None else self._load_shared(now)
 
     def _load(self, now: dt.datetime) -> cursors.KeyRing:
         assert self._path is not None
@@ -284,33 +301,90 @@ class _Keys:
         self._seen = self._path.stat().st_mtime_ns
         return ring
 
-    def ring(self, now: dt.datetime) -> cursors.KeyRing:
+    def _load_shared(self, now: dt.datetime) -> cursors.KeyRing:
+        for _ in range(5):
+            text = self._catalog.get_setting(self.SETTING)
+            if text is None:
+                text = cursors.KeyRing.generate(now=now).to_json()
+                if not self._catalog.swap_setting(self.SETTING, None, text):
+                    continue  # another process created it first: read theirs
+            return self._adopt(text)
+        raise StorageError("the cursor key ring keeps changing while it is created")
+
+    def _adopt(self, text: str) -> cursors.KeyRing:
+        try:
+            ring = cursors.KeyRing.from_json(text)
+        except InvalidArgument:
+            raise StorageError("the cursor key ring stored in the catalog is malformed") from None
+        self._text = text
+        self._checked = time.monotonic()
+        return ring
+
+    def ring(self, now: dt.datetime, *, refresh: bool = False) -> cursors.KeyRing:
+        """The current ring; ``refresh`` looks for a rotation elsewhere now rather than within ``recheck`` s."""
         with self._lock:
             if self._path is not None:
                 with contextlib.suppress(OSError):
                     if self._path.stat().st_mtime_ns != self._seen:  # rotated by another process
                         self._ring = self._load(now)
+            elif refresh or time.monotonic() - self._checked >= self.recheck:
+                text = self._catalog.get_setting(self.SETTING)
+                self._checked = time.monotonic()
+                if text is None:  # never created, or removed behind our back: start a ring everyone shares
+                    self._ring = self._load_shared(now)
+                elif text != self._text:
+                    self._ring = self._adopt(text)
             return self._ring
 
     def rotate(self, now: dt.datetime) -> None:
         with self._lock:
-            self._ring = self._ring.rotate(now=now)
             if self._path is not None:
+                self._ring = self._ring.rotate(now=now)
                 self._ring.save(self._path)
                 self._seen = self._path.stat().st_mtime_ns
+                return
+            for _ in range(20):
+                current = self._catalog.get_setting(self.SETTING)
+                if current is None:
+                    self._load_shared(now)
+                    continue
+                rotated = self._adopt(current).rotate(now=now).to_json()
+                if self._catalog.swap_setting(self.SETTING, current, rotated):
+                    self._ring = self._adopt(rotated)
+                    return
+                # another process rotated meanwhile: rotate what it stored
+            raise StorageError("the cursor key ring keeps changing while it is rotated")
+
+
+def _keys(vault: Vault) -> _Keys:
+    return vault.attachment("refvault.read.cursor_keys", lambda: _Keys(vault))
 
 
 def _ring(vault: Vault) -> cursors.KeyRing:
-    return vault.attachment("refvault.read.cursor_keys", lambda: _Keys(vault)).ring(vault.clock())
+    return _keys(vault).ring(vault.clock())
+
+
+def _checked_cursor(vault: Vault, cursor: object, binding: Mapping[str, str]) -> dict[str, Any]:
+    """The position a cursor carries; a key unknown here is looked for once more in the shared ring."""
+    from refvault.errors import InvalidCursor
+
+    try:
+        return cursors.check(_ring(vault), cursor, now=vault.clock(), binding=binding)
+    except InvalidCursor as exc:
+        if exc.reason != "unknown_key":
+            raise
+    ring = _keys(vault).ring(vault.clock(), refresh=True)  # signed after a rotation this process has not seen
+    return cursors.check(ring, cursor, now=vault.clock(), binding=binding)
 
 
 def rotate_cursor_keys(vault: Vault) -> None:
     """Start signing cursors with a fresh key; cursors signed with the old one keep working for the grace period.
 
-    For an embedded store the new ring replaces ``cursor-keys.json``, and
-    other processes pick it up on their next query.
+    The new ring replaces ``cursor-keys.json`` of an embedded store, or the
+    catalog's ``cursor-keys`` setting otherwise; other processes pick it up on
+    their next query (within about a second, at once for a cursor it signed).
     """
-    vault.attachment("refvault.read.cursor_keys", lambda: _Keys(vault)).rotate(vault.clock())
+    _keys(vault).rotate(vault.clock())
 
 
 # -- deriving ------------------------------------------------------------------------------
@@ -338,13 +412,15 @@ def derivation_of(vault: Vault, scope: Scope, artifact_id: str) -> Derivation | 
     return None if kind is None else vault.derived(scope, artifact_id, kind)
 
 
-def derive(vault: Vault, scope: Scope, artifact_id: str) -> RecordSet:
+def derive(vault: VaultLike, scope: Scope, artifact_id: str) -> RecordSet:
     """Build (once) the Parquet derivative of a record artifact and return what it holds.
 
     The derivative is shared by every artifact with the same bytes in the
     tenant; a second call, from any process, finds it. Malformed input is
     :class:`~refvault.errors.UnsupportedRead` with a message that never quotes it.
     """
+    if not isinstance(vault, Vault):  # a refvault.client.Client
+        return vault.derive(scope, artifact_id)
     descriptor = readable(vault, scope, artifact_id)
     fmt = _format_of(descriptor)
     kind = f"{KIND}:{fmt}"
@@ -786,7 +862,7 @@ class _Sql:
 
 
 def query(
-    vault: Vault,
+    vault: VaultLike,
     scope: Scope,
     artifact_id: str,
     *,
@@ -811,6 +887,19 @@ def query(
         raise InvalidArgument("max_seconds must be between 0 and 600")
     if max_scan is not None and (not _is_int(max_scan) or max_scan < 1):
         raise InvalidArgument("max_scan must be a positive integer (or None)")
+    if not isinstance(vault, Vault):  # a refvault.client.Client: the server runs the query
+        return vault.query(
+            scope,
+            artifact_id,
+            where=where,
+            fields=fields,
+            order=order,
+            limit=limit,
+            record_range=record_range,
+            cursor=cursor,
+            max_seconds=max_seconds,
+            max_scan=max_scan,
+        )
     descriptor = readable(vault, scope, artifact_id)
     records = derive(vault, scope, artifact_id)
     selection = _select(records, where, fields, order, limit, record_range)
@@ -821,7 +910,7 @@ def query(
         "caller": cursors.digest([scope.tenant, scope.user, scope.session]),
     }
     ring = _ring(vault)
-    position = {} if cursor is None else cursors.check(ring, cursor, now=vault.clock(), binding=binding)
+    position = {} if cursor is None else _checked_cursor(vault, cursor, binding)
     engine = _engine(vault)
     derivation = vault.derived(scope, artifact_id, f"{KIND}:{records.source_format}")
     if derivation is None:  # collected between derive() and now: the artifact itself is gone

@@ -44,6 +44,8 @@ from refvault.vault.verified import ArtifactStream
 if TYPE_CHECKING:
     import duckdb
 
+    from refvault.client import VaultLike
+
 __all__ = ["LONG_LINE_CHARS", "MATCH_CHARS", "MAX_CHARS", "MAX_MATCHES", "MAX_PATTERN", "grep", "window"]
 
 MAX_CHARS = 200_000
@@ -177,7 +179,7 @@ def _straddling(buf: bytes, p: int) -> tuple[int, int] | None:
 
 
 def window(
-    vault: Vault,
+    vault: VaultLike,
     scope: Scope,
     artifact_id: str,
     *,
@@ -198,6 +200,8 @@ def window(
     line_request = _lines_arg(lines) if lines is not None else None
     byte_request = _bytes_arg(byte_range) if byte_range is not None else None
     limit = _bounded("max_chars", max_chars, 1, MAX_CHARS)
+    if not isinstance(vault, Vault):  # a refvault.client.Client: the server runs the read
+        return vault.window(scope, artifact_id, lines=lines, byte_range=byte_range, max_chars=max_chars)
     descriptor = _text_artifact(vault, scope, artifact_id, "show a text window of")
     if byte_request is not None:
         body = _byte_window(vault, scope, descriptor, *byte_request, limit)
@@ -520,7 +524,7 @@ def _connect(pattern: str) -> duckdb.DuckDBPyConnection:
 
 
 def grep(
-    vault: Vault,
+    vault: VaultLike,
     scope: Scope,
     artifact_id: str,
     pattern: str,
@@ -544,6 +548,10 @@ def grep(
     quota = _bounded("max_matches", max_matches, 1, MAX_MATCHES)
     first = _bounded("from_line", from_line, 0, 2**63 - 1)
     budget = _seconds(max_seconds)
+    if not isinstance(vault, Vault):  # a refvault.client.Client: the server runs the read
+        return vault.grep(
+            scope, artifact_id, pattern, regex=regex, max_matches=max_matches, from_line=from_line, max_seconds=budget
+        )
     descriptor = _text_artifact(vault, scope, artifact_id, "grep")
     con = _connect(checked) if regex else None
     try:

@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from refvault.errors import InvalidArgument, RefvaultError, UnsupportedRead
 from refvault.model import Descriptor, Scope
@@ -31,6 +31,9 @@ from refvault.read import records as record_reads
 from refvault.read import windows
 from refvault.read._access import base_type, is_records, is_text, readable
 from refvault.vault.vault import Vault
+
+if TYPE_CHECKING:
+    from refvault.client import VaultLike
 
 __all__ = ["BUILTIN_TOOLS", "LoadedContent", "describe", "instructions", "list_summary", "load"]
 
@@ -65,7 +68,7 @@ def _line(descriptor: Descriptor) -> dict[str, Any]:
     }
 
 
-def list_summary(vault: Vault, scope: Scope, *, limit: int = 20) -> dict[str, Any]:
+def list_summary(vault: VaultLike, scope: Scope, *, limit: int = 20) -> dict[str, Any]:
     """The session's artifacts, newest first (ties: latest published first), capped with a count of the rest."""
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST:
         raise InvalidArgument(f"limit must be between 1 and {MAX_LIST}")
@@ -81,7 +84,7 @@ def list_summary(vault: Vault, scope: Scope, *, limit: int = 20) -> dict[str, An
     }
 
 
-def describe(vault: Vault, scope: Scope, artifact_id: str) -> dict[str, Any]:
+def describe(vault: VaultLike, scope: Scope, artifact_id: str) -> dict[str, Any]:
     """The descriptor, what reads apply, and (for record artifacts already derived) the record schema."""
     descriptor = vault.describe(scope, artifact_id)
     answer: dict[str, Any] = {"status": "ok", "descriptor": descriptor.to_dict()}
@@ -93,16 +96,21 @@ def describe(vault: Vault, scope: Scope, artifact_id: str) -> dict[str, Any]:
         reads.append("read_artifact (lines, byte_range, pattern)")
     if is_records(descriptor.media_type):
         reads.append("query_artifact (where, fields, order, limit, record_range, cursor)")
-        derivation = record_reads.derivation_of(vault, scope, artifact_id)
-        if derivation is not None:
-            info = derivation.info
-            answer["records"] = {"count": info["count"], "fields": dict(info["fields"])}
+        if isinstance(vault, Vault):
+            derivation = record_reads.derivation_of(vault, scope, artifact_id)
+            if derivation is not None:
+                info = derivation.info
+                answer["records"] = {"count": info["count"], "fields": dict(info["fields"])}
+        else:  # a refvault.client.Client: the server says whether it has built the record form
+            record_set = vault.derived_records(scope, artifact_id)
+            if record_set is not None:
+                answer["records"] = {"count": record_set.count, "fields": dict(record_set.fields)}
     reads.append("load_artifacts")
     answer["reads"] = ", ".join(reads)
     return answer
 
 
-def instructions(vault: Vault, scope: Scope, *, limit: int = 20) -> str:
+def instructions(vault: VaultLike, scope: Scope, *, limit: int = 20) -> str:
     """System-instruction text naming the artifacts ``load_artifacts`` can load (for frameworks that inject one)."""
     loadable = [d for d in vault.list(scope) if d.disclosure == "model" and _loadable(d)]
     if not loadable:
@@ -127,7 +135,7 @@ def _loadable(descriptor: Descriptor) -> bool:
     return is_text(descriptor.media_type)
 
 
-def _load_one(vault: Vault, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _load_one(vault: VaultLike, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One id's parts and outcome; a failure becomes an error entry for this id (the others still load)."""
     try:
         return _load_content(vault, scope, artifact_id)
@@ -140,7 +148,7 @@ def _load_one(vault: Vault, scope: Scope, artifact_id: str) -> tuple[list[dict[s
     return [{"type": "text", "text": f"[{shown}] error: {message}"}], failure
 
 
-def _load_content(vault: Vault, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _load_content(vault: VaultLike, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     descriptor = readable(vault, scope, artifact_id)
     main = base_type(descriptor.media_type)
     head = f"[{descriptor.artifact_id}] {main}, {descriptor.size} bytes"
@@ -171,7 +179,7 @@ def _load_content(vault: Vault, scope: Scope, artifact_id: str) -> tuple[list[di
     )
 
 
-def load(vault: Vault, scope: Scope, artifact_ids: list[str]) -> LoadedContent:
+def load(vault: VaultLike, scope: Scope, artifact_ids: list[str]) -> LoadedContent:
     """Load several artifacts concurrently; one failing id yields an error entry for that id, not a failed call."""
     if not artifact_ids:
         raise InvalidArgument("artifact_ids is empty: pass the ids to load (list_artifacts shows them)")

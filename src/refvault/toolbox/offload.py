@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from refvault.errors import RefvaultError
 from refvault.model import Descriptor, Scope
-from refvault.vault.vault import Vault
+
+if TYPE_CHECKING:
+    from refvault.client import VaultLike
 
 __all__ = ["offload"]
 
@@ -27,7 +29,7 @@ logger = logging.getLogger("refvault.toolbox")
 
 
 def offload(
-    vault: Vault,
+    vault: VaultLike,
     scope: Scope,
     text: str,
     result: Any,
@@ -70,7 +72,7 @@ def offload(
     return json.dumps({"offloaded": shown}, ensure_ascii=False), [descriptor]
 
 
-def _records_summary(vault: Vault, scope: Scope, descriptor: Descriptor, result: Any) -> Any:
+def _records_summary(vault: VaultLike, scope: Scope, descriptor: Descriptor, result: Any) -> Any:
     """For a list of objects: its record schema, count and first rows (None if it is not records)."""
     if not (isinstance(result, list | tuple) and result and all(isinstance(row, Mapping) for row in result)):
         return None

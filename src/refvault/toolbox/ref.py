@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from pydantic.json_schema import JsonSchemaValue
     from pydantic_core import CoreSchema
 
+    from refvault.client import ClientStream, VaultLike
     from refvault.model import Descriptor, Scope
-    from refvault.vault.vault import Vault
     from refvault.vault.verified import ArtifactStream
 
 __all__ = ["REF_DESCRIPTION", "DispatchFrame", "Ref", "current_frame", "finish_ref_schemas"]
@@ -72,7 +72,7 @@ class DispatchFrame:
 
     def __init__(
         self,
-        vault: Vault,
+        vault: VaultLike,
         scope: Scope,
         run_id: str | None,
         protect: Callable[[str, bytes, bool], None] | None = None,
@@ -84,7 +84,7 @@ class DispatchFrame:
         self._descriptors: dict[str, Descriptor] = {}
         self._bytes: dict[str, bytes] = {}
         self._cached = 0
-        self._streams: list[ArtifactStream] = []
+        self._streams: list[ArtifactStream | ClientStream] = []
         self._closed = False
         self._lock = threading.Lock()
 
@@ -128,7 +128,7 @@ class DispatchFrame:
                 raise AssertionError("unreachable")
         return data
 
-    def open(self, artifact_id: str) -> ArtifactStream:
+    def open(self, artifact_id: str) -> ArtifactStream | ClientStream:
         self._require(artifact_id)
         stream = self._vault_call(lambda: self.vault.stream(self.scope, artifact_id), artifact_id)
         if self.protect is not None:
@@ -247,8 +247,9 @@ class Ref:
         """The artifact's bytes decoded as text."""
         return self.read().decode(encoding, errors)
 
-    def open(self) -> ArtifactStream:
-        """A seekable binary stream over the artifact, verified chunk by chunk (closed with the call)."""
+    def open(self) -> ArtifactStream | ClientStream:
+        """A binary stream over the artifact, closed with the call: from a vault, seekable and verified chunk by
+        chunk; from a :class:`~refvault.client.Client`, sequential and verified whole when its end is read."""
         return self._frame().open(self._artifact_id)
 
     @property

@@ -36,7 +36,7 @@ import typing
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from typing_extensions import is_typeddict
@@ -47,7 +47,9 @@ from refvault.toolbox.builtin import LoadedContent
 from refvault.toolbox.offload import offload
 from refvault.toolbox.ref import DispatchFrame, Ref, enter_frame, finish_ref_schemas
 from refvault.toolbox.substitute import bind_refs
-from refvault.vault.vault import Vault
+
+if TYPE_CHECKING:
+    from refvault.client import VaultLike
 
 __all__ = ["Artifact", "Observation", "ToolContext", "ToolEvent", "Toolbox"]
 
@@ -76,7 +78,7 @@ class ToolContext:
     scope: Scope
     run_id: str | None
     tool_call_id: str | None
-    vault: Vault
+    vault: VaultLike
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +160,7 @@ class Toolbox:
 
     def __init__(
         self,
-        vault: Vault,
+        vault: VaultLike,
         *,
         ref_pattern: bool = False,
         max_runs: int = 1000,

@@ -99,7 +99,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import anyio
@@ -121,13 +121,17 @@ from refvault.toolbox.offload import offload
 from refvault.toolbox.toolbox import Observation, Toolbox
 from refvault.vault.vault import Vault
 
-__all__ = ["Gateway", "GatewayOptions", "ToolNameClash", "Upstream", "open_gateway", "run_proxy"]
+if TYPE_CHECKING:
+    from refvault.client import VaultLike
+
+__all__ = ["ArtifactTools", "Gateway", "GatewayOptions", "ToolNameClash", "Upstream", "open_gateway", "run_proxy"]
 
 logger = logging.getLogger("refvault.mcp")
 
 URI_PREFIX = "refvault://"
 GATEWAY_NAME = "refvault-mcp-proxy"
 RESOURCES_PAGE = 100
+MAX_RESOURCE_BYTES = 32 * 1024 * 1024
 UPSTREAM_PAGES = 100  # cap on upstream tools/list pages: a paginator that never ends cannot hang a listing
 MESSAGE_CHARS = 1000  # cap on upstream error text relayed to the client
 URI_SHOWN = 256  # cap on an upstream URI or media type repeated in a note
@@ -224,7 +228,7 @@ class GatewayOptions:
     preview_chars: int = 4_000
     limits: Limits = field(default_factory=Limits)
     binary_disclosure: Literal["model", "sealed"] = "sealed"
-    max_resource_bytes: int = 32 * 1024 * 1024
+    max_resource_bytes: int = MAX_RESOURCE_BYTES
     server_name: str | None = None  # the upstream's name in provenance; None: what it reports about itself
 
     def __post_init__(self) -> None:
@@ -265,6 +269,90 @@ def new_tool_call_id(request_id: object) -> str:
     return f"mcpgw_{shown or 'none'}_{uuid.uuid4().hex}"
 
 
+class ArtifactTools:
+    """refvault's own MCP surface over a vault, in a scope given per call.
+
+    The model-facing read tools (``describe_artifact``, ``list_artifacts``,
+    ``read_artifact``, ``query_artifact``, ``load_artifacts``, run through one
+    :class:`~refvault.toolbox.Toolbox`), ``resources/list`` of the scope's
+    artifacts and ``resources/read`` of ``refvault://`` URIs. The gateway serves
+    it beside an upstream's tools in the proxy's scope; ``refvault serve`` serves
+    it alone at ``/mcp`` (:mod:`refvault.server.mcp`), in each request's scope.
+    Sealed artifacts are listed (metadata) but their content is never served.
+    """
+
+    def __init__(self, vault: VaultLike, *, max_resource_bytes: int = MAX_RESOURCE_BYTES) -> None:
+        self.vault = vault
+        self.max_resource_bytes = max_resource_bytes
+        self.toolbox = Toolbox(vault)
+        self.schemas: dict[str, dict[str, Any]] = {schema["name"]: schema for schema in self.toolbox.schemas("mcp")}
+
+    def tools(self) -> list[types.Tool]:
+        """The built-in tools as MCP tools."""
+        return [
+            types.Tool(name=name, description=schema["description"], input_schema=schema["inputSchema"])
+            for name, schema in self.schemas.items()
+        ]
+
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        schema = self.schemas.get(name)
+        return None if schema is None else schema["inputSchema"]
+
+    async def call_tool(
+        self, scope: Scope, name: str, arguments: Mapping[str, Any], tool_call_id: str
+    ) -> types.CallToolResult:
+        """Run one built-in tool in ``scope`` (an unknown name is an error result)."""
+        observation = await self.toolbox.call(name, arguments, scope=scope, tool_call_id=tool_call_id)
+        return _observation_result(observation)
+
+    async def list_resources(self, scope: Scope, cursor: str | None) -> types.ListResourcesResult:
+        """The scope's artifacts as ``refvault://`` resources, newest first, ``RESOURCES_PAGE`` per page."""
+        start = 0
+        if cursor is not None:
+            if not cursor.isdigit() or len(cursor) > 12:
+                raise MCPError(types.INVALID_PARAMS, "invalid cursor: pass next_cursor from the previous page")
+            start = int(cursor)
+        descriptors = await asyncio.to_thread(self.vault.list, scope)
+        page = descriptors[start : start + RESOURCES_PAGE]
+        following = start + RESOURCES_PAGE
+        return types.ListResourcesResult(
+            resources=[_resource(d) for d in page],
+            next_cursor=str(following) if following < len(descriptors) else None,
+        )
+
+    async def read_resource(self, scope: Scope, uri: str) -> types.ReadResourceResult:
+        """A ``refvault://`` artifact the model may read in ``scope``; anything else is not found."""
+        if not uri.lower().startswith(URI_PREFIX):
+            raise _not_found(uri)
+        artifact_id = uri[len(URI_PREFIX) :]
+        try:
+            descriptor = await asyncio.to_thread(self.vault.describe, scope, artifact_id)
+        except (NotFound, InvalidId):
+            raise _not_found(uri) from None
+        except Expired as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        if descriptor.disclosure == "sealed":
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"artifact {descriptor.artifact_id} is sealed: usable by reference only (pass its id to a tool "
+                "that takes it); resources/read does not serve its content",
+            )
+        limit = self.max_resource_bytes
+        if descriptor.size > limit:
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"artifact {descriptor.artifact_id} is {descriptor.size} bytes; resources/read serves up to "
+                f"{limit} bytes (read text artifacts in windows with read_artifact)",
+            )
+        try:
+            data = await asyncio.to_thread(self.vault.read_bytes, scope, descriptor.artifact_id)
+        except NotFound:
+            raise _not_found(uri) from None
+        except RefvaultError as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}") from None
+        return types.ReadResourceResult(contents=[_contents(uri, descriptor, data)])
+
+
 class Gateway:
     """What the proxy does for each request; :meth:`server` wires it into an SDK ``Server``."""
 
@@ -282,8 +370,9 @@ class Gateway:
         self.upstream = upstream
         self.server_name = server_name
         self.options = options or GatewayOptions()
-        self.toolbox = Toolbox(vault)
-        self.builtin: dict[str, dict[str, Any]] = {schema["name"]: schema for schema in self.toolbox.schemas("mcp")}
+        self.artifacts = ArtifactTools(vault, max_resource_bytes=self.options.max_resource_bytes)
+        self.toolbox = self.artifacts.toolbox
+        self.builtin = self.artifacts.schemas
         self._input_schemas: dict[str, dict[str, Any]] = {
             name: schema["inputSchema"] for name, schema in self.builtin.items()
         }
@@ -319,10 +408,7 @@ class Gateway:
         proxied = [
             tool.model_copy(update={"output_schema": None}) for tool in upstream if tool.name not in self.builtin
         ]
-        builtins = [
-            types.Tool(name=name, description=schema["description"], input_schema=schema["inputSchema"])
-            for name, schema in self.builtin.items()
-        ]
+        builtins = self.artifacts.tools()
         self._input_schemas = {tool.name: tool.input_schema for tool in (*proxied, *builtins)}
         return proxied + builtins
 
@@ -340,8 +426,7 @@ class Gateway:
         return await self._call_upstream(name, arguments, tool_call_id)
 
     async def _call_builtin(self, name: str, arguments: Mapping[str, Any], tool_call_id: str) -> types.CallToolResult:
-        observation = await self.toolbox.call(name, arguments, scope=self.scope, tool_call_id=tool_call_id)
-        return _observation_result(observation)
+        return await self.artifacts.call_tool(self.scope, name, arguments, tool_call_id)
 
     async def _call_upstream(
         self, name: str, arguments: Mapping[str, Any] | None, tool_call_id: str
@@ -490,52 +575,13 @@ class Gateway:
 
     async def list_resources(self, cursor: str | None) -> types.ListResourcesResult:
         """The scope's artifacts as ``refvault://`` resources, newest first, ``RESOURCES_PAGE`` per page."""
-        start = 0
-        if cursor is not None:
-            if not cursor.isdigit() or len(cursor) > 12:
-                raise MCPError(types.INVALID_PARAMS, "invalid cursor: pass next_cursor from the previous page")
-            start = int(cursor)
-        descriptors = await asyncio.to_thread(self.vault.list, self.scope)
-        page = descriptors[start : start + RESOURCES_PAGE]
-        following = start + RESOURCES_PAGE
-        return types.ListResourcesResult(
-            resources=[_resource(d) for d in page],
-            next_cursor=str(following) if following < len(descriptors) else None,
-        )
+        return await self.artifacts.list_resources(self.scope, cursor)
 
     async def read_resource(self, uri: str, *, request_id: object = None) -> types.ReadResourceResult:
         """A ``refvault://`` artifact the model may read, or an upstream resource (its blobs materialised)."""
         if not is_refvault_uri(uri):
             return await self._read_upstream_resource(uri, request_id)
-        if not uri.lower().startswith(URI_PREFIX):
-            raise _not_found(uri)
-        artifact_id = uri[len(URI_PREFIX) :]
-        try:
-            descriptor = await asyncio.to_thread(self.vault.describe, self.scope, artifact_id)
-        except (NotFound, InvalidId):
-            raise _not_found(uri) from None
-        except Expired as exc:
-            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
-        if descriptor.disclosure == "sealed":
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"artifact {descriptor.artifact_id} is sealed: usable by reference only (pass its id to a tool "
-                "that takes it); resources/read does not serve its content",
-            )
-        limit = self.options.max_resource_bytes
-        if descriptor.size > limit:
-            raise MCPError(
-                types.INVALID_PARAMS,
-                f"artifact {descriptor.artifact_id} is {descriptor.size} bytes; resources/read serves up to "
-                f"{limit} bytes (read text artifacts in windows with read_artifact)",
-            )
-        try:
-            data = await asyncio.to_thread(self.vault.read_bytes, self.scope, descriptor.artifact_id)
-        except NotFound:
-            raise _not_found(uri) from None
-        except RefvaultError as exc:
-            raise MCPError(types.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}") from None
-        return types.ReadResourceResult(contents=[_contents(uri, descriptor, data)])
+        return await self.artifacts.read_resource(self.scope, uri)
 
     async def _read_upstream_resource(self, uri: str, request_id: object) -> types.ReadResourceResult:
         """Forward a read to the upstream; blob contents are stored and come back as text naming the link.

@@ -1,0 +1,790 @@
+"""A Python client for ``refvault serve``: the :class:`~refvault.Vault` API over HTTP.
+
+``Client(url, api_key)`` has the vault's method names and signatures, each
+taking the scope first (``put``, ``describe``, ``read_bytes``, ``read_range``,
+``stream``, ``list``, ``delete``), plus the selective reads of
+:mod:`refvault.read` as methods (``window``, ``grep``, ``query``, ``derive``)
+and ``verify_artifact``. ``refvault.read.window/grep/query/derive`` and a
+:class:`~refvault.Toolbox` accept a client wherever they accept a vault.
+
+Invariants, and where each is enforced and tested (``tests/test_client.py``,
+against a live server):
+
+* **The key decides the scope.** Every request carries the API key and the
+  scope's tenant, user and session as headers; the server refuses a scope the
+  key does not allow (:class:`~refvault.errors.Forbidden`) and answers for
+  another tenant's artifact exactly as for an absent one
+  (:class:`~refvault.errors.NotFound`).
+* **Bounded memory both ways.** ``put`` streams bytes, binary files and
+  iterables of bytes in 1 MiB chunks (chunked transfer encoding), never holding
+  the input whole; ``stream`` hands out bytes as they arrive, one chunk at a time.
+* **Verified downloads.** ``read_bytes`` returns nothing unless the bytes hash
+  to the artifact's content hash (the ``ETag``, else the descriptor's).
+  ``stream`` hashes as it goes and checks length and hash when the end is
+  reached: a mismatch or a connection cut short raises
+  :class:`~refvault.errors.IntegrityError` from that final read, so a reader
+  that reaches the end never accepts damaged or partial bytes. Partial ranges
+  (``read_range``) are verified chunk by chunk by the server; a range that
+  covers the whole artifact is hashed here too.
+* **Same errors as the vault.** ``application/problem+json`` answers are mapped
+  back to the :mod:`refvault.errors` class the server raised (``NotFound`` with
+  the id the caller sent, ``InvalidCursor`` with its reason, ...). The text of
+  any other unexpected answer is never repeated: only its status and, for a
+  problem document, its title. Connection failures are
+  :class:`~refvault.errors.StorageError`.
+* **The key is never shown.** It is sent only in the ``Authorization`` header;
+  ``repr`` and error messages name the server URL only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
+from urllib.parse import urlsplit
+
+import httpx
+
+from refvault import errors
+from refvault.errors import (
+    IntegrityError,
+    InvalidArgument,
+    InvalidMetadata,
+    RefvaultError,
+    StorageError,
+)
+from refvault.ids import check_artifact_id
+from refvault.model import (
+    Descriptor,
+    Disclosure,
+    Scope,
+    canonical_media_type,
+    checked_completeness,
+    checked_disclosure,
+    checked_filename,
+    checked_json,
+    checked_label,
+    format_time,
+    parse_time,
+)
+
+if TYPE_CHECKING:
+    from refvault.read.records import RecordSet
+    from refvault.vault.vault import Vault
+
+__all__ = ["Client", "ClientStream", "VaultLike"]
+
+VaultLike: TypeAlias = "Vault | Client"
+"""What the read functions and the Toolbox accept: a local vault or a client of a remote one."""
+
+CHUNK = 1 << 20
+LIST_PAGE = 100
+_PROBLEM_PREFIX = "urn:refvault:problem:"
+_TITLE_CHARS = 200
+_DETAIL_CHARS = 2000
+MAX_PROBLEM_BYTES = 64 * 1024  # of an error answer read at most; a longer one is shown by status alone
+_CURSOR_REASONS = frozenset(
+    ("malformed", "signature", "unknown_key", "key_retired", "expired", "artifact", "query", "caller")
+)
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
+_ETAG = re.compile(r'^(?:W/)?"(?:sha256:)?([0-9a-f]{64})"$')
+
+# Errors whose constructor takes just a message (the detail the server wrote, never content).
+_PLAIN: dict[str, type[RefvaultError]] = {
+    cls.__name__: cls
+    for cls in (
+        errors.RefvaultError,
+        errors.InvalidArgument,
+        errors.InvalidScope,
+        errors.InvalidId,
+        errors.InvalidMetadata,
+        errors.InvalidQuery,
+        errors.UnsupportedRead,
+        errors.IdempotencyConflict,
+        errors.StorageError,
+        errors.TooLarge,
+        errors.Unauthenticated,
+        errors.Forbidden,
+    )
+}
+# When the problem names no class we know: the class for its status.
+_BY_STATUS: dict[int, type[RefvaultError]] = {
+    400: errors.InvalidArgument,
+    401: errors.Unauthenticated,
+    403: errors.Forbidden,
+    409: errors.IdempotencyConflict,
+    413: errors.TooLarge,
+    422: errors.UnsupportedRead,
+}
+
+
+class Client:
+    """The vault API of a remote ``refvault serve``; thread-safe (one connection pool, shared by threads).
+
+    ``url`` is the server's base URL (``http://127.0.0.1:8765``); ``api_key`` a
+    token from ``refvault keys create``; ``timeout`` the seconds any one network
+    operation (connect, each read, each write) may take. ``transport`` replaces
+    httpx's own (a proxy, a test double).
+    """
+
+    def __init__(
+        self, url: str, api_key: str, *, timeout: float = 60.0, transport: httpx.BaseTransport | None = None
+    ) -> None:
+        if not isinstance(url, str) or urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+            raise InvalidArgument("url must be the server's base URL, like 'http://127.0.0.1:8765'")
+        if "@" in urlsplit(url).netloc or urlsplit(url).query or urlsplit(url).fragment:
+            # The URL is shown in messages and repr: it must hold no credentials (the key goes in api_key).
+            raise InvalidArgument("url must be a plain base URL, without user:password@, query or fragment")
+        if not isinstance(api_key, str) or _HEADER_SAFE.fullmatch(api_key) is None:
+            raise InvalidArgument("api_key must be the token printed by 'refvault keys create' (rvk_...)")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise InvalidArgument("timeout must be a positive number of seconds")
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.url + "/v1",
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(float(timeout)),
+            follow_redirects=False,
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"
+
+    def close(self) -> None:
+        """Close the connection pool; later calls raise :class:`~refvault.errors.StorageError`."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- transport ---------------------------------------------------------------------
+
+    @staticmethod
+    def _headers(scope: Scope, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        if not isinstance(scope, Scope):
+            raise InvalidArgument("scope must be a refvault.Scope(tenant=..., user=..., session=...)")
+        headers = {"Refvault-Tenant": scope.tenant, "Refvault-User": scope.user, "Refvault-Session": scope.session}
+        headers.update(extra or {})
+        return headers
+
+    def _send(self, request: httpx.Request, artifact_id: str | None, *, stream: bool = False) -> httpx.Response:
+        """Send; return a 2xx response (read whole unless ``stream``), else raise the error its problem names.
+
+        A redirect is an error like any other unexpected answer: it is never
+        followed, so the key is never sent to another origin. At most
+        ``MAX_PROBLEM_BYTES`` of an error answer are read.
+        """
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise StorageError(
+                f"the refvault server at {self.url} could not be reached ({type(exc).__name__})"
+            ) from None
+        except RuntimeError:  # httpx: the client has been closed
+            raise StorageError("this client is closed") from None
+        try:
+            if response.status_code < 300:
+                if not stream:
+                    response.read()
+                return response
+            body = _read_at_most(response, MAX_PROBLEM_BYTES)
+        except httpx.HTTPError as exc:
+            response.close()
+            raise StorageError(f"the refvault server at {self.url} sent a broken answer ({type(exc).__name__})") from None
+        except BaseException:
+            response.close()
+            raise
+        response.close()
+        _raise_problem(response, body, artifact_id)
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        scope: Scope,
+        artifact_id: str | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json_body: Any = None,
+    ) -> httpx.Response:
+        content = None
+        headers = self._headers(scope)
+        if json_body is not None:
+            content = _json_bytes(json_body)
+            headers["Content-Type"] = "application/json"
+        request = self._request(method, path, headers=headers, params=params, content=content)
+        return self._send(request, artifact_id)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Request:
+        try:
+            return self._http.build_request(method, path, **kwargs)
+        except UnicodeEncodeError:
+            raise InvalidArgument("an argument is not valid Unicode text (it holds a lone surrogate)") from None
+        except RuntimeError:
+            raise StorageError("this client is closed") from None
+
+    def _json(self, response: httpx.Response) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise StorageError(f"the refvault server at {self.url} sent a malformed answer") from None
+
+    def _descriptor(self, response: httpx.Response) -> Descriptor:
+        try:
+            return Descriptor.from_dict(self._json(response))
+        except InvalidMetadata:
+            raise StorageError(f"the refvault server at {self.url} sent a malformed descriptor") from None
+
+    @staticmethod
+    def _path(artifact_id: str, tail: str = "") -> str:
+        return f"/artifacts/{check_artifact_id(artifact_id)}{tail}"
+
+    # -- capture -----------------------------------------------------------------------
+
+    def put(
+        self,
+        scope: Scope,
+        data: object,
+        *,
+        media_type: str = "application/octet-stream",
+        tool_call_id: str | None = None,
+        run_id: str | None = None,
+        source_version: dict[str, Any] | None = None,
+        completeness: dict[str, Any] | None = None,
+        schema_version: str | None = None,
+        expires_at: datetime | None = None,
+        disclosure: Disclosure = "model",
+        idempotency_key: str | None = None,
+        filename: str | None = None,
+        created_at: datetime | None = None,
+    ) -> Descriptor:
+        """Capture ``data`` in ``scope``; return its descriptor once the server has made it durable.
+
+        ``data`` is ``bytes``, a binary file object or an iterable of ``bytes``,
+        streamed in 1 MiB chunks and never held whole. Metadata is checked here
+        before the first byte is sent (the server checks it again).
+        """
+        from refvault.vault.ingest import aligned_chunks
+
+        metadata: dict[str, Any] = {
+            "media_type": canonical_media_type(media_type),
+            "disclosure": checked_disclosure(disclosure),
+            "filename": checked_filename(filename),
+            "tool_call_id": checked_label("tool_call_id", tool_call_id),
+            "run_id": checked_label("run_id", run_id),
+            "schema_version": checked_label("schema_version", schema_version),
+            "expires_at": _moment("expires_at", expires_at),
+            "created_at": _moment("created_at", created_at),
+        }
+        if source_version is not None:
+            metadata["source_version"] = checked_json("source_version", source_version)
+        if completeness is not None:
+            metadata["completeness"] = checked_completeness(completeness)
+        headers = self._headers(scope, {"Content-Type": metadata["media_type"]})
+        headers["Refvault-Metadata"] = json.dumps({k: v for k, v in metadata.items() if v is not None})
+        key = checked_label("idempotency_key", idempotency_key)
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        chunks = aligned_chunks(data)
+        first = next(chunks, None)  # a wrong kind of input fails here, before anything is sent
+        second = next(chunks, None) if first is not None else None
+        body: bytes | Iterator[bytes]
+        body = (b"" if first is None else bytes(first)) if second is None else _upload(first, second, chunks)
+        request = self._request("POST", "/artifacts", headers=headers, content=body)
+        return self._descriptor(self._send(request, None))
+
+    # -- reads -------------------------------------------------------------------------
+
+    def describe(self, scope: Scope, artifact_id: str) -> Descriptor:
+        """The descriptor of an artifact visible in ``scope``."""
+        return self._descriptor(self._call("GET", self._path(artifact_id), scope, artifact_id))
+
+    def read_bytes(self, scope: Scope, artifact_id: str) -> bytes:
+        """Every byte of the artifact, returned only if they hash to its content hash."""
+        with self.stream(scope, artifact_id) as stream:
+            return stream.readall()
+
+    def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int | None) -> bytes:
+        """Bytes ``[offset, offset + length)`` (``None``: to the end), clipped to the artifact.
+
+        The server verifies the chunks it reads; a range that turns out to be the
+        whole artifact is hashed here as well.
+        """
+        if not _is_count(offset) or not (length is None or _is_count(length)):
+            raise InvalidArgument("offset and length must be non-negative integers (length may be None)")
+        if offset == 0 and length is None:
+            return self.read_bytes(scope, artifact_id)
+        if length == 0:
+            self.describe(scope, artifact_id)  # the same errors as a read; no bytes
+            return b""
+        last = "" if length is None else str(offset + length - 1)
+        headers = self._headers(scope, {"Range": f"bytes={offset}-{last}"})
+        request = self._request("GET", self._path(artifact_id, "/content"), headers=headers)
+        try:
+            response = self._send(request, artifact_id)
+        except _RangeNotSatisfiable:
+            return b""  # the offset is at or past the end: nothing, as from the vault
+        data = response.content
+        if response.status_code == 200:  # the server sent it whole: verify it whole, then cut
+            _check_whole(data, _etag(response) or self._content_hash(scope, artifact_id), artifact_id)
+            return data[offset : None if length is None else offset + length]
+        whole = _content_range(response.headers.get("content-range"))
+        if whole is None or whole[0] != offset or whole[1] - whole[0] + 1 != len(data):
+            raise IntegrityError(f"artifact {artifact_id} failed verification: the server sent another range")
+        if offset == 0 and len(data) == whole[2]:
+            _check_whole(data, _etag(response) or self._content_hash(scope, artifact_id), artifact_id)
+        return data
+
+    def stream(self, scope: Scope, artifact_id: str) -> ClientStream:
+        """A read-only stream of the artifact, hashed as it is read; :class:`IntegrityError` at the end if damaged.
+
+        Memory use is one received chunk. The stream is not seekable; close it
+        (or use it as a context manager) to release the connection.
+        """
+        request = self._request("GET", self._path(artifact_id, "/content"), headers=self._headers(scope))
+        response = self._send(request, artifact_id, stream=True)
+        try:
+            expected = _etag(response)
+            size = _content_length(response)
+            if expected is None or size is None:
+                descriptor = self.describe(scope, artifact_id)
+                expected, size = descriptor.content_hash.removeprefix("sha256:"), descriptor.size
+        except BaseException:
+            response.close()
+            raise
+        return ClientStream(response, artifact_id, expected, size)
+
+    def _content_hash(self, scope: Scope, artifact_id: str) -> str:
+        return self.describe(scope, artifact_id).content_hash.removeprefix("sha256:")
+
+    def list(self, scope: Scope) -> list[Descriptor]:
+        """Unexpired artifacts of ``scope``, newest first (every page, fetched in turn)."""
+        found: list[Descriptor] = []
+        offset: int | None = 0
+        while offset is not None:
+            page = self._json(self._call("GET", "/artifacts", scope, params={"limit": LIST_PAGE, "offset": offset}))
+            try:
+                found.extend(Descriptor.from_dict(item) for item in page["items"])
+                following = page["next_offset"]
+            except (InvalidMetadata, KeyError, TypeError):
+                raise StorageError(f"the refvault server at {self.url} sent a malformed listing") from None
+            if following is not None and (not _is_count(following) or following <= offset):
+                raise StorageError(f"the refvault server at {self.url} sent a malformed listing")
+            offset = following
+        return found
+
+    def delete(self, scope: Scope, artifact_id: str) -> None:
+        """Remove the artifact's manifest (its bytes go at the server's next ``gc`` if unreferenced)."""
+        self._call("DELETE", self._path(artifact_id), scope, artifact_id)
+
+    def verify_artifact(self, scope: Scope, artifact_id: str) -> dict[str, Any]:
+        """Have the server re-read and hash every byte: ``{"artifact_id", "ok", "content_hash", "size"}``."""
+        answer: dict[str, Any] = self._json(self._call("GET", self._path(artifact_id, "/verify"), scope, artifact_id))
+        return answer
+
+    # -- selective reads (the server runs refvault.read) -------------------------------
+
+    def window(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        lines: Sequence[int | None] | None = None,
+        byte_range: Sequence[int] | None = None,
+        max_chars: int = 20_000,
+    ) -> dict[str, Any]:
+        """:func:`refvault.read.window`, run by the server."""
+        params: dict[str, Any] = {"max_chars": _number("max_chars", max_chars)}
+        if lines is not None:
+            start, end = _pair("lines", lines)
+            params["lines"] = f"{start},{'' if end is None else end}"
+        if byte_range is not None:
+            offset, length = _pair("byte_range", byte_range)
+            params["bytes"] = f"{offset},{length}"
+        return self._read("GET", "/window", scope, artifact_id, params=params)
+
+    def grep(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        pattern: str,
+        *,
+        regex: bool = False,
+        max_matches: int = 100,
+        from_line: int = 0,
+        max_seconds: float = 5.0,
+    ) -> dict[str, Any]:
+        """:func:`refvault.read.grep`, run by the server."""
+        if not isinstance(pattern, str) or not pattern:
+            raise InvalidArgument("pattern must be a non-empty string")
+        if not isinstance(regex, bool):
+            raise InvalidArgument("regex must be true or false")
+        params = {
+            "pattern": pattern,
+            "regex": "true" if regex else "false",
+            "max_matches": _number("max_matches", max_matches),
+            "from_line": _number("from_line", from_line),
+            "max_seconds": _number("max_seconds", max_seconds),
+        }
+        return self._read("GET", "/grep", scope, artifact_id, params=params)
+
+    def query(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        where: object = None,
+        fields: object = None,
+        order: object = None,
+        limit: object = 100,
+        record_range: object = None,
+        cursor: object = None,
+        max_seconds: float = 10.0,
+        max_scan: int | None = None,
+    ) -> dict[str, Any]:
+        """:func:`refvault.read.query`, run by the server; cursors it returns work with this method."""
+        body = {
+            "where": where,
+            "fields": fields,
+            "order": order,
+            "limit": limit,
+            "record_range": record_range,
+            "cursor": cursor,
+            "max_seconds": max_seconds,
+            "max_scan": max_scan,
+        }
+        return self._read("POST", "/query", scope, artifact_id, json_body=body)
+
+    def derive(self, scope: Scope, artifact_id: str) -> RecordSet:
+        """:func:`refvault.read.derive`, run by the server: a record artifact's count and fields (built once)."""
+        record_set = self._records(scope, artifact_id, build=True)
+        if record_set is None:  # the server must build it when asked to
+            raise StorageError(f"the refvault server at {self.url} sent a malformed record set")
+        return record_set
+
+    def derived_records(self, scope: Scope, artifact_id: str) -> RecordSet | None:
+        """The record set if the server has already built it (as ``derive`` would), else None; never builds."""
+        return self._records(scope, artifact_id, build=False)
+
+    def _records(self, scope: Scope, artifact_id: str, *, build: bool) -> RecordSet | None:
+        from refvault.read.records import RecordSet
+
+        params = {"build": "true" if build else "false"}
+        response = self._call("GET", self._path(artifact_id, "/records"), scope, artifact_id, params=params)
+        answer = self._json(response)
+        if answer is None:
+            return None
+        try:
+            fields = tuple((_text(item["name"]), _text(item["type"])) for item in answer["fields"])
+            count = answer["count"]
+            record_set = RecordSet(
+                artifact_id=_text(answer["artifact_id"]),
+                content_hash=_text(answer["content_hash"]),
+                source_format=_text(answer["source_format"]),
+                count=count,
+                fields=fields,
+                derived_hash=_text(answer["derived_hash"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            raise StorageError(f"the refvault server at {self.url} sent a malformed record set") from None
+        if not _is_count(count) or record_set.artifact_id != artifact_id:
+            raise StorageError(f"the refvault server at {self.url} sent a malformed record set")
+        return record_set
+
+    def _read(
+        self,
+        method: str,
+        tail: str,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json_body: Any = None,
+    ) -> dict[str, Any]:
+        response = self._call(
+            method, self._path(artifact_id, tail), scope, artifact_id, params=params, json_body=json_body
+        )
+        answer = self._json(response)
+        if not isinstance(answer, dict):
+            raise StorageError(f"the refvault server at {self.url} sent a malformed answer")
+        return answer
+
+
+class ClientStream(io.RawIOBase):
+    """A read-only binary stream of one artifact from the server, hashed as it is read.
+
+    Bytes are handed out as they arrive; when the end is reached the length and
+    the SHA-256 of everything received are checked against the artifact's, and
+    a mismatch, or a connection that ends early, raises
+    :class:`~refvault.errors.IntegrityError` from that read. Memory use is one
+    received chunk. Not seekable. Close it to release the connection.
+    """
+
+    def __init__(self, response: httpx.Response, artifact_id: str, content_hash: str, size: int) -> None:
+        super().__init__()
+        self.artifact_id = artifact_id
+        self._response = response
+        self._expected = content_hash
+        self._size = size
+        self._chunks = response.iter_bytes(CHUNK)
+        self._hash = hashlib.sha256()
+        self._received = 0
+        self._buffer = b""
+        self._offset = 0  # of the buffer's first byte
+        self._used = 0  # bytes of the buffer handed out
+        self._done = False
+        self._observer: Callable[[int, bytes], None] | None = None
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def on_chunk(self, observer: Callable[[int, bytes], None]) -> None:
+        """Call ``observer(offset, chunk)`` with each chunk as it arrives, before any of it is handed out."""
+        self._observer = observer
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._offset + self._used
+
+    def _fill(self) -> bool:
+        """Receive the next chunk into the buffer; False at the (verified) end."""
+        if self._done:
+            return False
+        try:
+            chunk = next(self._chunks, None)
+        except httpx.HTTPError:
+            self._fail("the connection ended before every byte arrived")
+        if chunk is None:
+            self._done = True
+            if self._received != self._size:
+                self._fail(f"{self._received} of {self._size} bytes arrived")
+            if self._hash.hexdigest() != self._expected:
+                self._fail("its bytes do not match the content hash")
+            return False
+        if self._received + len(chunk) > self._size:
+            self._fail("more bytes arrived than it holds")
+        self._hash.update(chunk)
+        self._offset, self._used = self._received, 0
+        self._received += len(chunk)
+        self._buffer = chunk
+        if self._observer is not None:
+            self._observer(self._offset, chunk)
+        return True
+
+    def _fail(self, what: str) -> NoReturn:
+        self._done = True
+        self._buffer = b""
+        self._response.close()
+        raise IntegrityError(f"artifact {self.artifact_id} failed verification: {what}")
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        """Fill ``buffer`` with the next bytes (short only at the end, which is verified first)."""
+        if self.closed:
+            raise ValueError("I/O operation on closed stream")
+        target = memoryview(buffer).cast("B")
+        filled = 0
+        while filled < len(target):
+            if self._used == len(self._buffer) and not self._fill():
+                break
+            piece = self._buffer[self._used : self._used + len(target) - filled]
+            target[filled : filled + len(piece)] = piece
+            filled += len(piece)
+            self._used += len(piece)
+        return filled
+
+    def readall(self) -> bytes:
+        """The rest of the artifact; raises :class:`IntegrityError` (returning nothing) if it is damaged."""
+        out = bytearray()
+        while chunk := self.read(CHUNK):
+            out += chunk
+        return bytes(out)
+
+    def iter_chunks(self) -> Iterator[bytes]:
+        """Yield the rest of the artifact in chunks; the end is verified before the iteration stops."""
+        while chunk := self.read(CHUNK):
+            yield chunk
+
+    def close(self) -> None:
+        if not self.closed:
+            self._response.close()
+            self._buffer = b""
+        super().close()
+
+
+class _RangeNotSatisfiable(InvalidArgument):
+    """Internal: a 416 answer (the offset is past the end), turned into ``b""`` by ``read_range``."""
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _upload(first: memoryview | None, second: memoryview | None, rest: Iterator[memoryview]) -> Iterator[bytes]:
+    for chunk in (first, second):
+        if chunk is not None:
+            yield bytes(chunk)
+    for chunk in rest:
+        yield bytes(chunk)
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError("not a string")
+    return value
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _number(name: str, value: object) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{name} must be a number")
+    return str(value)
+
+
+def _pair(name: str, value: object) -> tuple[int | None, int | None]:
+    shape = "a list of two integers, e.g. [0, 200]"
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise InvalidArgument(f"{name} must be {shape}")
+    first, second = value
+    for item in (first, second):
+        if not (item is None or (isinstance(item, int) and not isinstance(item, bool))):
+            raise InvalidArgument(f"{name} must be {shape}")
+    return first, second
+
+
+def _moment(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidMetadata(f"{name} must be a timezone-aware datetime (or None)")
+    try:
+        return format_time(value.astimezone(UTC))
+    except (OverflowError, ValueError):
+        raise InvalidMetadata(f"{name} is out of range") from None
+
+
+def _json_bytes(value: Any) -> bytes:
+    try:
+        return json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError):
+        raise InvalidArgument("the query arguments must be JSON values (objects, lists, strings, numbers)") from None
+    except UnicodeEncodeError:
+        raise InvalidArgument("an argument is not valid Unicode text (it holds a lone surrogate)") from None
+
+
+def _etag(response: httpx.Response) -> str | None:
+    match = _ETAG.fullmatch(response.headers.get("etag", "").strip())
+    return None if match is None else match.group(1)
+
+
+def _content_length(response: httpx.Response) -> int | None:
+    value = response.headers.get("content-length", "")
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 19 else None
+
+
+def _content_range(value: str | None) -> tuple[int, int, int] | None:
+    match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", (value or "").strip())
+    return None if match is None else (int(match.group(1)), int(match.group(2)), int(match.group(3)))
+
+
+def _check_whole(data: bytes, expected: str, artifact_id: str) -> None:
+    if hashlib.sha256(data).hexdigest() != expected:
+        raise IntegrityError(f"artifact {artifact_id} failed verification: its bytes do not match the content hash")
+
+
+def _read_at_most(response: httpx.Response, limit: int) -> bytes | None:
+    """The body of an error answer, or None if it is longer than ``limit`` (the rest is never read)."""
+    body = bytearray()
+    for piece in response.iter_bytes():
+        body += piece
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+def _problem(response: httpx.Response, body: bytes | None) -> dict[str, Any] | None:
+    if body is None or not response.headers.get("content-type", "").startswith("application/problem+json"):
+        return None
+    try:
+        problem = json.loads(body)
+    except ValueError:
+        return None
+    return problem if isinstance(problem, dict) else None
+
+
+def _shown(value: object, limit: int) -> str | None:
+    """A server-written text fit to show: a string of at most ``limit`` printable characters, else None."""
+    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
+        return None
+    return value
+
+
+def _raise_problem(response: httpx.Response, body: bytes | None, artifact_id: str | None) -> NoReturn:
+    """Raise the :mod:`refvault.errors` class a refvault problem names; of any other answer show status and title.
+
+    Only a refvault problem's own ``detail`` (short, printable) becomes a message;
+    bodies that are not problems, unknown fields, oversized texts and reasons
+    that are not refvault's are never repeated.
+    """
+    status = response.status_code
+    problem = _problem(response, body)
+    ours = problem is not None and str(problem.get("type", "")).startswith(_PROBLEM_PREFIX)
+    title = _shown(problem.get("title"), _TITLE_CHARS) if problem is not None else None
+    if problem is None or not ours:
+        raise StorageError(f"the refvault server answered HTTP {status}" + (f" ({title})" if title else ""))
+    slug = str(problem["type"])[len(_PROBLEM_PREFIX) :]
+    name = problem.get("error")
+    name = name if isinstance(name, str) else ""
+    detail = _shown(problem.get("detail"), _DETAIL_CHARS) or title or f"HTTP {status}"
+    shown_id = artifact_id or "(unknown)"
+    if status == 416:
+        raise _RangeNotSatisfiable(detail)
+    if name == "NotFound" or (status == 404 and not name):
+        raise errors.NotFound(shown_id)
+    if name == "Expired" or (status == 410 and not name):
+        raise errors.Expired(shown_id, _moment_in(detail) or "an earlier time")
+    if name == "SealedArtifact" or slug == "sealed":
+        raise errors.SealedArtifact(shown_id)
+    if name == "InvalidCursor" or slug == "invalid-cursor":
+        reason = problem.get("reason")
+        message = re.sub(r"^invalid cursor \([^)]*\): ", "", detail)
+        raise errors.InvalidCursor(reason if reason in _CURSOR_REASONS else "malformed", message)
+    if name == "IntegrityError" or slug == "integrity-error":
+        raise IntegrityError(detail)
+    if name in _PLAIN:
+        raise _PLAIN[name](detail)
+    if slug == "too-large":  # the server's own subclass (a body over its max_body)
+        raise errors.TooLarge(detail)
+    if status in _BY_STATUS:
+        raise _BY_STATUS[status](detail)
+    raise StorageError(detail if status >= 500 else f"the refvault server answered HTTP {status}: {detail}")
+
+
+def _moment_in(detail: str) -> str | None:
+    """The expiry moment at the end of an ``Expired`` detail, if it is one."""
+    found = re.search(r"expired at (\S{1,40})$", detail)
+    if found is None:
+        return None
+    try:
+        parse_time(found.group(1))
+    except (ValueError, OverflowError, TypeError):
+        return None
+    return found.group(1)

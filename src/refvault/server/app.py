@@ -1,0 +1,963 @@
+"""The HTTP API v1: a FastAPI app over one :class:`~refvault.Vault`.
+
+Invariants, where each is enforced, and the tests that hold them
+(``tests/test_server.py``, ``tests/test_server_auth.py``, ``tests/test_server_schema.py``):
+
+* **Every request is authenticated first.** ``Authorization: Bearer rvk_…``
+  is checked (:func:`refvault.keys.authenticate`) before anything else is
+  looked at; every failure is the same 401 body. Tenant and user come from the
+  key; ``Refvault-Tenant``/``Refvault-User`` may only repeat them (else 403),
+  and ``Refvault-Session`` must be allowed by the key (else 403).
+* **Absent and not-yours look the same.** A malformed id, an absent one and
+  another scope's artifact are all 404 ``not-found`` bodies that differ only
+  by the (well-formed) id the caller sent.
+* **Errors are problems.** Every error response is ``application/problem+json``
+  with ``type``, ``title``, ``status``, ``detail`` and ``error`` (the
+  :class:`~refvault.errors.RefvaultError` class name). Details are the errors'
+  own messages, which never contain artifact content; request values
+  (headers, metadata, ids that cannot be ids, validation inputs) are never
+  echoed, and a traceback never leaves the process.
+* **Streaming both ways, bounded memory.** A capture's body is fed to
+  ``Vault.put`` chunk by chunk from a worker thread (never held whole);
+  ``max_body`` is enforced while streaming (413, nothing published). Content
+  is served in verified 1 MiB pieces; a verification failure before the first
+  byte is a 500 problem, after it the connection is aborted so the client
+  never receives a complete-looking body.
+* **The event loop never blocks.** Every vault and catalog call runs in the
+  threadpool.
+* **The schema tells the truth.** Every response of every operation is
+  documented (``default`` is the problem schema), so schemathesis's
+  conformance checks hold.
+"""
+
+# No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime,
+# and they refer to names local to ``_router``.
+import hashlib
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from importlib.util import find_spec
+from typing import Annotated, Any, TypeVar
+
+import anyio.from_thread
+from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.routing import Route
+
+from refvault import __version__
+from refvault.errors import (
+    Expired,
+    Forbidden,
+    IdempotencyConflict,
+    IntegrityError,
+    InvalidArgument,
+    InvalidCursor,
+    InvalidId,
+    InvalidMetadata,
+    InvalidQuery,
+    InvalidScope,
+    NotFound,
+    RefvaultError,
+    SealedArtifact,
+    StorageError,
+    TooLarge,
+    Unauthenticated,
+    UnsupportedRead,
+)
+from refvault.ids import is_artifact_id
+from refvault.keys import authenticate
+from refvault.model import Descriptor, Principal, Scope, parse_time
+from refvault.read import grep, query, window
+from refvault.read._access import readable
+from refvault.read.records import RecordSet, derivation_of, derive
+from refvault.server import DEFAULT_MAX_BODY
+from refvault.vault.vault import Vault
+from refvault.vault.verified import ArtifactStream
+
+__all__ = ["DEFAULT_MAX_BODY", "MAX_JSON_BODY", "PROBLEM_MEDIA_TYPE", "app_from_env", "create_app"]
+
+T = TypeVar("T")
+
+MAX_JSON_BODY = 1 << 20
+MAX_METADATA_DEPTH = 32  # nesting levels of the Refvault-Metadata object (source_version, completeness)
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+PIECE = 1 << 20  # bytes read (and verified) per threadpool call when serving content
+MAX_LIST = 1000
+PROBLEM_PREFIX = "urn:refvault:problem:"
+UNAUTHENTICATED_DETAIL = "a valid API key is required: send 'Authorization: Bearer rvk_...'"
+
+# Environment read by ``app_from_env`` (set by ``refvault serve`` for each worker process).
+MAX_BODY_ENVVAR = "REFVAULT_MAX_BODY"
+
+_NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._:@+\-]{0,127}$"
+_METADATA_FIELDS = (
+    "filename",
+    "tool_call_id",
+    "run_id",
+    "schema_version",
+    "disclosure",
+    "expires_at",
+    "created_at",
+    "source_version",
+    "completeness",
+    "media_type",
+)
+_QUERY_FIELDS = ("where", "fields", "order", "limit", "record_range", "cursor", "max_seconds", "max_scan")
+
+# -- problems --------------------------------------------------------------------------------
+
+# Most specific first: the first class an error is an instance of decides.
+_PROBLEMS: tuple[tuple[type[RefvaultError], int, str, str], ...] = (
+    (Unauthenticated, 401, "unauthenticated", "Unauthenticated"),
+    (Forbidden, 403, "scope-not-allowed", "Scope not allowed"),
+    (UnsupportedRead, 422, "unsupported-read", "Unsupported read"),
+    (InvalidCursor, 400, "invalid-cursor", "Invalid cursor"),
+    (InvalidQuery, 400, "invalid-query", "Invalid query"),
+    (InvalidMetadata, 400, "invalid-metadata", "Invalid metadata"),
+    (InvalidScope, 400, "invalid-scope", "Invalid scope"),
+    (InvalidId, 400, "invalid-id", "Invalid id"),
+    (InvalidArgument, 400, "invalid-argument", "Invalid argument"),
+    (NotFound, 404, "not-found", "Not found"),
+    (Expired, 410, "expired", "Expired"),
+    (SealedArtifact, 403, "sealed", "Sealed artifact"),
+    (IdempotencyConflict, 409, "idempotency-conflict", "Idempotency conflict"),
+    (TooLarge, 413, "too-large", "Too large"),
+    (IntegrityError, 500, "integrity-error", "Integrity error"),
+    (StorageError, 503, "storage-unavailable", "Storage unavailable"),
+)
+
+
+class Problem(BaseModel):
+    """An error, as ``application/problem+json`` (RFC 9457) plus the refvault error class name."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    error: str
+    reason: str | None = None
+
+
+def problem(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    error: str,
+    *,
+    reason: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """A problem response; ``detail`` must never hold content or request values."""
+    body: dict[str, Any] = {
+        "type": PROBLEM_PREFIX + slug,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "error": error,
+    }
+    if reason is not None:
+        body["reason"] = reason
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+
+
+def problem_for(exc: RefvaultError) -> JSONResponse:
+    """The problem response of a refvault error (unlisted classes are a 500 ``internal-error``)."""
+    entry = next((entry for entry in _PROBLEMS if isinstance(exc, entry[0])), None)
+    if entry is None:
+        return _internal_error()
+    _, status, slug, title = entry
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    detail = UNAUTHENTICATED_DETAIL if status == 401 else _message(exc)
+    reason = exc.reason if isinstance(exc, InvalidCursor) else None
+    return problem(status, slug, title, detail, _public_name(exc), reason=reason, headers=headers)
+
+
+def _public_name(exc: RefvaultError) -> str:
+    """The name of the :mod:`refvault.errors` class ``exc`` is (or derives from), which clients map back."""
+    cls = next(c for c in type(exc).__mro__ if c.__module__ == RefvaultError.__module__)
+    return cls.__name__
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+def _internal_error() -> JSONResponse:
+    return problem(500, "internal-error", "Internal error", "the server failed to handle this request", "InternalError")
+
+
+class BodyTooLarge(TooLarge):
+    """A capture's body went over the server's ``max_body``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the request body is larger than this server accepts ({limit} bytes)")
+
+
+# -- response models (for the schema; responses are built directly) ---------------------------
+
+
+class DescriptorModel(BaseModel):
+    """The ten top-level fields of a descriptor (``Descriptor.to_dict``)."""
+
+    model_config = ConfigDict(title="Descriptor")
+
+    artifact_id: str
+    content_hash: str
+    tool_call_id: str | None
+    schema_version: str | None
+    created_at: str
+    source_version: dict[str, Any]
+    completeness: dict[str, Any]
+    scope: dict[str, Any]
+    expires_at: str | None
+    retrieval: dict[str, Any]
+
+
+class ArtifactList(BaseModel):
+    """One page of a scope's artifacts, newest first; ``next_offset`` is null on the last page."""
+
+    items: list[DescriptorModel]
+    next_offset: int | None
+
+
+class RecordField(BaseModel):
+    """One field of a record artifact: its name, DuckDB type and the kind of value a query compares it as."""
+
+    name: str
+    type: str
+    kind: str
+
+
+class RecordSetModel(BaseModel):
+    """What a record artifact holds (``refvault.read.derive``): its record count and fields, in column order."""
+
+    model_config = ConfigDict(title="RecordSet")
+
+    artifact_id: str
+    content_hash: str
+    source_format: str
+    count: int
+    fields: list[RecordField]
+    derived_hash: str
+
+
+def record_set_json(records: RecordSet) -> dict[str, Any]:
+    """The JSON form of a :class:`~refvault.read.RecordSet` (``refvault.client`` reads it back)."""
+    return {
+        "artifact_id": records.artifact_id,
+        "content_hash": records.content_hash,
+        "source_format": records.source_format,
+        "count": records.count,
+        "fields": [
+            {"name": name, "type": sql_type, "kind": records.kind_of(name)} for name, sql_type in records.fields
+        ],
+        "derived_hash": records.derived_hash,
+    }
+
+
+class Verification(BaseModel):
+    """Every byte was read back and hashed, and matched ``content_hash``."""
+
+    artifact_id: str
+    ok: bool
+    content_hash: str
+    size: int
+
+
+class Health(BaseModel):
+    status: str
+
+
+class QueryRequest(BaseModel):
+    """The arguments of :func:`refvault.read.query`; every field is optional and null means its default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    where: dict[str, Any] | None = None
+    fields: list[str] | None = None
+    order: list[dict[str, Any]] | None = None
+    limit: int | None = None
+    record_range: list[int] | None = None
+    cursor: str | None = None
+    max_seconds: float | None = None
+    max_scan: int | None = None
+
+
+_OPEN_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+_PROBLEM_RESPONSE: dict[str, Any] = {
+    "description": "A problem",
+    "content": {PROBLEM_MEDIA_TYPE: {"schema": _PROBLEM_REF}},
+}
+
+
+def _open_json(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _OPEN_OBJECT}}}
+
+
+# -- request parsing ------------------------------------------------------------------------
+
+
+def _checked_id(artifact_id: str) -> str:
+    """The id if it is well formed; else the same NotFound as an absent id (without echoing the string)."""
+    if not is_artifact_id(artifact_id):
+        raise NotFound("(not an artifact id)")
+    return artifact_id
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError("non-finite number")
+
+
+def _loads(text: str | bytes, what: str, error: type[InvalidArgument]) -> Any:
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        raise error(f"{what} is not valid JSON") from None
+
+
+def capture_options(metadata: str | None, content_type: str | None) -> dict[str, Any]:
+    """``Vault.put`` keyword arguments from the ``Refvault-Metadata`` header and ``Content-Type``."""
+    options: dict[str, Any] = {"media_type": content_type or "application/octet-stream"}
+    if metadata is None:
+        return options
+    if not metadata.isascii():
+        raise InvalidMetadata("the Refvault-Metadata header must be ASCII JSON (escape other characters as \\uXXXX)")
+    fields = _loads(metadata, "the Refvault-Metadata header", InvalidMetadata)
+    if not isinstance(fields, dict):
+        raise InvalidMetadata("the Refvault-Metadata header must be a JSON object")
+    if not set(fields) <= set(_METADATA_FIELDS):
+        raise InvalidMetadata(f"Refvault-Metadata accepts only the fields {', '.join(_METADATA_FIELDS)}")
+    if _depth(fields) > MAX_METADATA_DEPTH:
+        # Deeper values pass JSON parsing but would overflow the recursion that freezes a descriptor.
+        raise InvalidMetadata(f"Refvault-Metadata values may nest at most {MAX_METADATA_DEPTH} levels deep")
+    for name, value in fields.items():
+        if value is None and name in ("media_type", "disclosure"):
+            continue  # null means the default
+        if name in ("expires_at", "created_at") and value is not None:
+            value = _timestamp(name, value)
+        options[name] = value
+    return options
+
+
+def declared_length(value: str | None) -> int | None:
+    """A ``Content-Length`` value as a number (capped at 2**63); None if absent or not ASCII digits."""
+    if value is None or not (value.isascii() and value.isdigit()):
+        return None
+    return int(value) if len(value) <= 19 else 2**63  # int() refuses very long digit strings
+
+
+def _depth(value: object) -> int:
+    """How deeply ``value``'s lists and objects nest (iterative: any depth is measured without recursing)."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            pending.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _timestamp(name: str, value: object) -> Any:
+    if not isinstance(value, str) or len(value) > 64:
+        raise InvalidMetadata(f"{name} must be an ISO 8601 timestamp with a UTC offset")
+    try:
+        return parse_time(value)
+    except (ValueError, OverflowError):
+        raise InvalidMetadata(f"{name} must be an ISO 8601 timestamp with a UTC offset") from None
+
+
+def _pair(text: str | None) -> tuple[int, int | None] | None:
+    if text is None:
+        return None
+    first, _, second = text.partition(",")
+    return int(first), (int(second) if second else None)
+
+
+def query_arguments(body: bytes) -> dict[str, Any]:
+    """The keyword arguments of a query request body (``{}`` when empty); null values mean the default."""
+    if not body.strip():
+        return {}
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidQuery("the query body must be UTF-8 JSON") from None
+    arguments = _loads(text, "the query body", InvalidQuery)
+    if not isinstance(arguments, dict):
+        raise InvalidQuery("the query body must be a JSON object")
+    if not set(arguments) <= set(_QUERY_FIELDS):
+        raise InvalidQuery(f"the query body accepts only the fields {', '.join(_QUERY_FIELDS)}")
+    return {name: value for name, value in arguments.items() if value is not None}
+
+
+@dataclass(slots=True)
+class _Content:
+    """What the content endpoint sends: status, headers, the first verified piece and the stream for the rest."""
+
+    status: int
+    headers: dict[str, str]
+    first: bytes = b""
+    stream: ArtifactStream | None = None
+    remaining: int = 0
+    problem: JSONResponse | None = None
+
+
+_RANGE = re.compile(r"bytes=(\d{0,19})-(\d{0,19})")
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | str | None:
+    """The single range ``(start, end_exclusive)`` asked for; None for the whole; ``"unsatisfiable"`` for a 416.
+
+    Multi-range, malformed and non-bytes ranges are ignored (the whole
+    artifact is sent), as RFC 9110 allows.
+    """
+    if header is None:
+        return None
+    match = _RANGE.fullmatch(header.strip().replace(" ", ""))
+    if match is None:
+        return None
+    first, last = match.group(1), match.group(2)
+    if not first and not last:
+        return None
+    if not first:  # suffix: the last n bytes
+        n = int(last)
+        if n == 0 or size == 0:
+            return "unsatisfiable"
+        return max(0, size - n), size
+    start = int(first)
+    if last and int(last) < start:
+        return None  # invalid: ignored
+    if start >= size:
+        return "unsatisfiable"
+    end = size if not last else min(int(last) + 1, size)
+    return start, end
+
+
+def _etag_matches(header: str | None, etag: str) -> bool:
+    if header is None:
+        return False
+    for candidate in header.split(","):
+        tag = candidate.strip()
+        if tag == "*" or tag.removeprefix("W/") == etag:
+            return True
+    return False
+
+
+# -- the app ---------------------------------------------------------------------------------
+
+
+def create_app(
+    vault: Vault,
+    *,
+    max_body: int = DEFAULT_MAX_BODY,
+    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
+) -> FastAPI:
+    """The HTTP API v1 over ``vault`` (which the caller keeps and closes), plus ``/mcp`` when available.
+
+    ``max_body`` bounds a capture's body in bytes (413 above it). ``lifespan``
+    runs around the app's life (``app_from_env`` closes its vault there).
+    """
+    if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
+        raise InvalidArgument("max_body must be a non-negative number of bytes")
+    mcp = _mcp_app(vault)
+
+    @asynccontextmanager
+    async def life(app: FastAPI) -> AsyncIterator[None]:
+        async with _optional(lifespan, app), _optional(_sub_lifespan(mcp), mcp):
+            yield
+
+    app = FastAPI(
+        title="refvault",
+        version=__version__,
+        description="Safe artifact references: capture, verified selective reads, scoped by API key.",
+        redirect_slashes=False,
+        lifespan=life,
+    )
+    app.include_router(_router(vault, max_body), prefix="/v1")
+    _install_handlers(app)
+    app.openapi = partial(_openapi, app)  # type: ignore[method-assign]
+    if mcp is not None:  # at /mcp exactly (what MCP clients call) and below it
+        app.router.routes.append(Route("/mcp", endpoint=_Asgi(mcp), include_in_schema=False))
+        app.mount("/mcp", mcp)
+    app.state.vault = vault
+    app.state.mcp_mounted = mcp is not None
+    return app
+
+
+def _mcp_app(vault: Vault) -> Any:
+    """The model-facing MCP endpoint from :mod:`refvault.server.mcp`, or None where that module is not installed."""
+    if find_spec("refvault.server.mcp") is None:
+        return None
+    from refvault.server import mcp as mcp_module
+
+    return mcp_module.mcp_app(vault, partial(authenticate, vault))
+
+
+class _Asgi:
+    """An ASGI app as a route endpoint (Starlette treats a plain function as a request handler)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+def _sub_lifespan(sub: Any) -> Callable[[Any], AbstractAsyncContextManager[Any]] | None:
+    router = getattr(sub, "router", None)
+    context = getattr(router, "lifespan_context", None)
+    return context if callable(context) else None
+
+
+@asynccontextmanager
+async def _optional(context: Callable[[Any], AbstractAsyncContextManager[Any]] | None, app: Any) -> AsyncIterator[None]:
+    if context is None:
+        yield
+        return
+    async with context(app):
+        yield
+
+
+def app_from_env() -> FastAPI:
+    """An app over ``Vault.open()`` configured by the environment (one per worker process); closes it at shutdown.
+
+    ``refvault serve`` sets ``REFVAULT_STORE`` or ``REFVAULT_CATALOG``/``REFVAULT_BLOBS``/
+    ``REFVAULT_S3_ENDPOINT`` and ``REFVAULT_MAX_BODY`` before starting uvicorn.
+    """
+    raw = os.environ.get(MAX_BODY_ENVVAR)
+    try:
+        max_body = DEFAULT_MAX_BODY if not raw else int(raw)
+    except ValueError:
+        raise InvalidArgument(f"{MAX_BODY_ENVVAR} must be a number of bytes") from None
+    vault = Vault.open()
+
+    @asynccontextmanager
+    async def closing(app: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await run_in_threadpool(vault.close)
+
+    try:
+        return create_app(vault, max_body=max_body, lifespan=closing)
+    except BaseException:
+        vault.close()
+        raise
+
+
+def _router(vault: Vault, max_body: int) -> APIRouter:
+    router = APIRouter(responses={"default": _PROBLEM_RESPONSE})
+    bearer = HTTPBearer(auto_error=False, description="An API key: `rvk_<key_id>_<secret>`")
+
+    async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await run_in_threadpool(func, *args, **kwargs)
+
+    async def caller(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
+        tenant: Annotated[str | None, Header(alias="Refvault-Tenant")] = None,
+        user: Annotated[str | None, Header(alias="Refvault-User")] = None,
+    ) -> Principal:
+        token = credentials.credentials if credentials is not None else None
+        principal = None if token is None else await blocking(authenticate, vault, token)
+        if principal is None:
+            raise Unauthenticated(UNAUTHENTICATED_DETAIL)
+        if (tenant is not None and tenant != principal.tenant) or (user is not None and user != principal.user):
+            raise Forbidden("Refvault-Tenant and Refvault-User must name the API key's own tenant and user")
+        return principal
+
+    async def scope_of(
+        principal: Annotated[Principal, Depends(caller)],
+        session: Annotated[str, Header(alias="Refvault-Session", pattern=_NAME_PATTERN)],
+    ) -> Scope:
+        try:
+            scope = Scope(principal.tenant, principal.user, session)
+        except InvalidScope:
+            raise InvalidArgument("the Refvault-Session header must be a valid session name") from None
+        if not principal.allows(scope):
+            raise Forbidden("this API key may not act in the session named by Refvault-Session")
+        return scope
+
+    Caller = Annotated[Scope, Depends(scope_of)]  # noqa: N806 - a type alias
+
+    @router.get("/health", response_model=Health, tags=["service"])
+    async def health() -> JSONResponse:
+        """Liveness; needs no key."""
+        return JSONResponse({"status": "ok"})
+
+    @router.post(
+        "/artifacts",
+        status_code=201,
+        response_model=DescriptorModel,
+        tags=["artifacts"],
+        openapi_extra={
+            "requestBody": {
+                "required": False,
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        },
+    )
+    async def capture(
+        request: Request,
+        scope: Caller,
+        metadata: Annotated[str | None, Header(alias="Refvault-Metadata")] = None,
+        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    ) -> Response:
+        """Capture the raw request body (streamed); metadata in ``Refvault-Metadata`` (a JSON object)."""
+        options = capture_options(metadata, request.headers.get("content-type"))
+        if idempotency_key is not None:
+            options["idempotency_key"] = idempotency_key
+        declared = declared_length(request.headers.get("content-length"))
+        if declared is not None and declared > max_body:
+            raise BodyTooLarge(max_body)
+        pieces = request.stream().__aiter__()
+
+        async def receive() -> bytes | None:
+            try:
+                return await pieces.__anext__()
+            except StopAsyncIteration:
+                return None
+
+        try:
+            descriptor = await blocking(vault.put, scope, _body(receive, max_body), **options)
+        except ClientDisconnect:
+            return problem(
+                400, "invalid-argument", "Invalid argument", "the request body ended early", "InvalidArgument"
+            )
+        location = f"/v1/artifacts/{descriptor.artifact_id}"
+        return JSONResponse(descriptor.to_dict(), status_code=201, headers={"Location": location})
+
+    @router.get("/artifacts", response_model=ArtifactList, tags=["artifacts"])
+    async def list_artifacts(
+        scope: Caller,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIST)] = 100,
+        offset: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
+    ) -> JSONResponse:
+        """The scope's unexpired artifacts, newest first, one page at a time."""
+        descriptors = await blocking(vault.list, scope)
+        page = descriptors[offset : offset + limit]
+        more = offset + limit < len(descriptors)
+        items = [d.to_dict() for d in page]
+        return JSONResponse({"items": items, "next_offset": offset + limit if more else None})
+
+    @router.get("/artifacts/{artifact_id}", response_model=DescriptorModel, tags=["artifacts"])
+    async def describe(artifact_id: str, scope: Caller) -> JSONResponse:
+        """The artifact's descriptor."""
+        descriptor: Descriptor = await blocking(vault.describe, scope, _checked_id(artifact_id))
+        return JSONResponse(descriptor.to_dict())
+
+    @router.get(
+        "/artifacts/{artifact_id}/content",
+        response_class=Response,
+        tags=["artifacts"],
+        responses={
+            200: {"description": "The verified bytes", "content": {"*/*": {"schema": {}}}},
+            206: {"description": "The verified bytes of the range", "content": {"*/*": {"schema": {}}}},
+            304: {"description": "Not modified (If-None-Match matched the ETag)"},
+            416: _PROBLEM_RESPONSE,
+        },
+    )
+    async def content(
+        artifact_id: str,
+        scope: Caller,
+        range_: Annotated[str | None, Header(alias="Range")] = None,
+        if_none_match: Annotated[str | None, Header(alias="If-None-Match")] = None,
+        if_range: Annotated[str | None, Header(alias="If-Range")] = None,
+    ) -> Response:
+        """The verified bytes; one ``Range`` (``bytes=a-b``, ``a-``, ``-n``) gives 206; ``ETag`` is the content hash."""
+        plan = await blocking(_plan_content, vault, scope, _checked_id(artifact_id), range_, if_none_match, if_range)
+        if plan.problem is not None:
+            return plan.problem
+        if plan.stream is None:
+            return Response(plan.first, status_code=plan.status, headers=plan.headers)
+        return StreamingResponse(
+            _rest(plan.stream, plan.first, plan.remaining), status_code=plan.status, headers=plan.headers
+        )
+
+    @router.get(
+        "/artifacts/{artifact_id}/window",
+        tags=["reads"],
+        responses={200: _open_json("A text window (refvault.read.window)"), 422: _PROBLEM_RESPONSE},
+    )
+    async def text_window(
+        artifact_id: str,
+        scope: Caller,
+        lines: Annotated[
+            str | None, Query(pattern=r"^\d{1,19},\d{0,19}$", description="START,END (END may be empty)")
+        ] = None,
+        bytes_: Annotated[
+            str | None, Query(alias="bytes", pattern=r"^\d{1,19},\d{1,19}$", description="OFFSET,LENGTH")
+        ] = None,
+        max_chars: int = 20_000,
+    ) -> JSONResponse:
+        """A window of a text artifact by lines or bytes (model-facing: sealed artifacts are refused)."""
+        line_pair, byte_pair = _pair(lines), _pair(bytes_)
+        result = await blocking(
+            window,
+            vault,
+            scope,
+            _checked_id(artifact_id),
+            lines=None if line_pair is None else list(line_pair),
+            byte_range=None if byte_pair is None else list(byte_pair),
+            max_chars=max_chars,
+        )
+        return JSONResponse(result)
+
+    @router.get(
+        "/artifacts/{artifact_id}/grep",
+        tags=["reads"],
+        responses={200: _open_json("Matching lines (refvault.read.grep)"), 422: _PROBLEM_RESPONSE},
+    )
+    async def grep_lines(
+        artifact_id: str,
+        scope: Caller,
+        pattern: str,
+        regex: bool = False,
+        max_matches: int = 100,
+        from_line: int = 0,
+        max_seconds: float = 5.0,
+    ) -> JSONResponse:
+        """Lines of a text artifact containing ``pattern`` (literal, or RE2 with ``regex=true``)."""
+        result = await blocking(
+            grep,
+            vault,
+            scope,
+            _checked_id(artifact_id),
+            pattern,
+            regex=regex,
+            max_matches=max_matches,
+            from_line=from_line,
+            max_seconds=max_seconds,
+        )
+        return JSONResponse(result)
+
+    @router.post(
+        "/artifacts/{artifact_id}/query",
+        tags=["reads"],
+        responses={
+            200: _open_json("Selected records (refvault.read.query)"),
+            413: _PROBLEM_RESPONSE,
+            422: _PROBLEM_RESPONSE,
+        },
+        openapi_extra={
+            "requestBody": {
+                "required": False,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/QueryRequest"}}},
+            }
+        },
+    )
+    async def query_records(artifact_id: str, request: Request, scope: Caller) -> JSONResponse:
+        """Select records (``where``, ``fields``, ``order``, ``limit``, ``record_range``, ``cursor``...)."""
+        arguments = query_arguments(await _bounded_body(request, MAX_JSON_BODY))
+        result = await blocking(query, vault, scope, _checked_id(artifact_id), **arguments)
+        return JSONResponse(result)
+
+    @router.get(
+        "/artifacts/{artifact_id}/records",
+        response_model=RecordSetModel | None,
+        tags=["reads"],
+        responses={422: _PROBLEM_RESPONSE},
+    )
+    async def record_set(artifact_id: str, scope: Caller, build: bool = True) -> JSONResponse:
+        """The record count and fields of a record artifact (``refvault.read.derive``; sealed ones are refused).
+
+        With ``build=false`` the record form is not built: the answer is ``null``
+        unless an earlier read built it (what ``describe_artifact`` shows).
+        """
+        result = await blocking(_record_set, vault, scope, _checked_id(artifact_id), build)
+        return JSONResponse(result)
+
+    @router.get("/artifacts/{artifact_id}/verify", response_model=Verification, tags=["artifacts"])
+    async def verify(artifact_id: str, scope: Caller) -> JSONResponse:
+        """Read and hash every byte of the artifact (500 ``integrity-error`` on damage)."""
+        result = await blocking(_verify, vault, scope, _checked_id(artifact_id))
+        return JSONResponse(result)
+
+    @router.delete("/artifacts/{artifact_id}", status_code=204, response_class=Response, tags=["artifacts"])
+    async def delete(artifact_id: str, scope: Caller) -> Response:
+        """Delete the artifact (its bytes go at the next ``gc``)."""
+        await blocking(vault.delete, scope, _checked_id(artifact_id))
+        return Response(status_code=204)
+
+    return router
+
+
+def _body(receive: Callable[[], Coroutine[Any, Any, bytes | None]], limit: int) -> Iterator[bytes]:
+    """The request body as a blocking iterator, for a worker thread; raises :class:`BodyTooLarge` past ``limit``."""
+    total = 0
+    while True:
+        piece: bytes | None = anyio.from_thread.run(receive)
+        if piece is None:
+            return
+        total += len(piece)
+        if total > limit:
+            raise BodyTooLarge(limit)
+        if piece:
+            yield piece
+
+
+async def _bounded_body(request: Request, limit: int) -> bytes:
+    buffer = bytearray()
+    async for piece in request.stream():
+        buffer += piece
+        if len(buffer) > limit:
+            raise BodyTooLarge(limit)
+    return bytes(buffer)
+
+
+def _plan_content(
+    vault: Vault,
+    scope: Scope,
+    artifact_id: str,
+    range_header: str | None,
+    if_none_match: str | None,
+    if_range: str | None,
+) -> _Content:
+    """Look the artifact up, answer conditionals and ranges, and read (verify) the first piece; in a worker thread."""
+    descriptor = vault.describe(scope, artifact_id)
+    size = descriptor.size
+    etag = '"' + descriptor.content_hash.removeprefix("sha256:") + '"'
+    headers = {"ETag": etag, "Accept-Ranges": "bytes"}
+    if _etag_matches(if_none_match, etag):
+        return _Content(304, headers)
+    wanted = byte_range(range_header, size)
+    if if_range is not None and if_range.strip() != etag:
+        wanted = None  # the client's copy is of other bytes: send the whole artifact
+    if wanted == "unsatisfiable":
+        response = problem(
+            416,
+            "range-not-satisfiable",
+            "Range not satisfiable",
+            f"the requested range is outside the artifact's {size} bytes",
+            "InvalidArgument",
+            headers={"Content-Range": f"bytes */{size}", **headers},
+        )
+        return _Content(416, headers, problem=response)
+    start, end = (0, size) if wanted is None or isinstance(wanted, str) else wanted
+    status = 200 if wanted is None else 206
+    headers["Content-Type"] = descriptor.media_type
+    headers["Content-Length"] = str(end - start)
+    headers["X-Content-Type-Options"] = "nosniff"
+    if status == 206:
+        headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+    stream = vault.stream(scope, artifact_id)
+    try:
+        stream.seek(start)
+        first = stream.read(min(PIECE, end - start)) if end > start else b""
+    except BaseException:
+        stream.close()
+        raise
+    remaining = end - start - len(first)
+    if remaining == 0:
+        stream.close()
+        return _Content(status, headers, first)
+    return _Content(status, headers, first, stream, remaining)
+
+
+async def _rest(stream: ArtifactStream, first: bytes, remaining: int) -> AsyncIterator[bytes]:
+    """Yield the first piece, then verified pieces read off the event loop; closes the stream."""
+    try:
+        yield first
+        while remaining > 0:
+            piece = await run_in_threadpool(stream.read, min(PIECE, remaining))
+            if not piece:
+                raise IntegrityError("the artifact ended before its recorded size")
+            remaining -= len(piece)
+            yield piece
+    finally:
+        await run_in_threadpool(stream.close)
+
+
+def _record_set(vault: Vault, scope: Scope, artifact_id: str, build: bool) -> dict[str, Any] | None:
+    """``derive``'s record set as JSON; with ``build`` false, None unless the record form already exists."""
+    if not build:
+        readable(vault, scope, artifact_id)
+        if derivation_of(vault, scope, artifact_id) is None:
+            return None
+    return record_set_json(derive(vault, scope, artifact_id))
+
+
+def _verify(vault: Vault, scope: Scope, artifact_id: str) -> dict[str, Any]:
+    """Read every byte through the verified stream and hash it against the descriptor."""
+    descriptor = vault.describe(scope, artifact_id)
+    digest = hashlib.sha256()
+    size = 0
+    with vault.stream(scope, artifact_id) as stream:
+        for piece in stream.iter_chunks():
+            digest.update(piece)
+            size += len(piece)
+    if "sha256:" + digest.hexdigest() != descriptor.content_hash or size != descriptor.size:
+        raise IntegrityError(f"artifact {descriptor.artifact_id} failed verification: its bytes do not match")
+    return {"artifact_id": descriptor.artifact_id, "ok": True, "content_hash": descriptor.content_hash, "size": size}
+
+
+# -- handlers and schema --------------------------------------------------------------------
+
+
+def _install_handlers(app: FastAPI) -> None:
+    async def refvault_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RefvaultError)
+        return problem_for(exc)
+
+    async def validation_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return problem(400, "invalid-argument", "Invalid argument", _validation_detail(exc), "InvalidArgument")
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 404:
+            return problem(404, "not-found", "Not found", "no such endpoint", "NotFound", headers=headers)
+        if exc.status_code == 405:
+            detail = "this endpoint does not accept that method"
+            return problem(405, "method-not-allowed", "Method not allowed", detail, "InvalidArgument", headers=headers)
+        if exc.status_code >= 500:
+            return _internal_error()
+        slug = "invalid-argument"
+        return problem(
+            exc.status_code, slug, "Invalid request", "the request was refused", "InvalidArgument", headers=headers
+        )
+
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        return _internal_error()
+
+    app.add_exception_handler(RefvaultError, refvault_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    """Where and what was wrong, from the validation errors' locations and messages; never their inputs."""
+    parts = []
+    for error in list(exc.errors())[:5]:
+        where = ".".join(str(p) for p in error.get("loc", ()) if not isinstance(p, int))
+        if error.get("type") == "missing":
+            parts.append(f"{where}: required")
+        else:
+            parts.append(f"{where}: {error.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts) if parts else "invalid request"
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+    schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Problem"] = Problem.model_json_schema()
+    schemas["QueryRequest"] = QueryRequest.model_json_schema()
+    app.openapi_schema = schema
+    return schema
