@@ -38,6 +38,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/reads.py
 	$(BIN)/python bench/materialize.py
 	$(BIN)/python bench/guard.py
+	$(BIN)/python bench/load.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples

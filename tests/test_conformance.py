@@ -458,3 +458,19 @@ def test_parts_of_one_result_can_share_one_created_at(vault: Vault, scope: Scope
         vault.put(scope, b"c", created_at=clock.now + timedelta(seconds=1))
     with pytest.raises(InvalidMetadata, match="timezone"):
         vault.put(scope, b"c", created_at=datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize("field", ["source_version", "completeness"])
+def test_metadata_nested_past_32_levels_is_refused_and_nothing_is_stored(vault: Vault, field: str) -> None:
+    def nested(levels: int) -> dict[str, object]:
+        value: dict[str, object] = {}
+        for _ in range(levels - 1):
+            value = {"a": value}
+        return value
+
+    scope = Scope("acme", "ana", "deep")
+    with pytest.raises(InvalidMetadata, match="deeper than 32"):
+        vault.put(scope, b"x", **{field: nested(33)})  # type: ignore[arg-type]
+    assert vault.list(scope) == []
+    kept = vault.put(scope, b"x", **{field: nested(32)})  # type: ignore[arg-type]
+    assert vault.describe(scope, kept.artifact_id).to_dict()["artifact_id"] == kept.artifact_id

@@ -26,9 +26,6 @@ from typing import Any
 
 import anyio
 import pytest
-
-pytest.importorskip("mcp")
-
 from click.testing import CliRunner
 from mcp import Client, MCPError
 from mcp.client.stdio import StdioServerParameters
@@ -839,7 +836,6 @@ def _reply(process: subprocess.Popen[bytes], request_id: int) -> dict[str, Any]:
             return message  # type: ignore[no-any-return]
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signalled_stdio_proxy_stops_its_upstream_and_exits_cleanly(tmp_path: Path, signum: str) -> None:
     """The upstream runs in its own process group, so only the proxy can stop it: on a signal it must."""

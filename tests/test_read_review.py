@@ -221,7 +221,7 @@ def test_scratch_dir_with_record_copies_is_removed_when_the_process_exits_withou
 # (issue 7); until then another instance must refuse such a cursor clearly, never page with it.
 
 
-def test_a_cursor_from_another_vault_instance_without_a_location_is_refused_clearly(tmp_path: Path) -> None:
+def test_vault_instances_without_a_location_share_the_cursor_ring_through_their_catalog(tmp_path: Path) -> None:
     root = tmp_path / "store"
     Vault.open(root).close()
 
@@ -233,8 +233,23 @@ def test_a_cursor_from_another_vault_instance_without_a_location_is_refused_clea
     artifact_id = first.put(scope, _ndjson([{"i": i} for i in range(10)]), media_type=NDJSON).artifact_id
     page = read.query(first, scope, artifact_id, limit=3)
     try:
+        following = read.query(second, scope, artifact_id, limit=3, cursor=page["next_cursor"])
+        assert [row["record"]["i"] for row in following["records"]] == [3, 4, 5]
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_cursor_from_another_catalog_is_refused_clearly() -> None:
+    first, second = Vault.open("memory://"), Vault.open("memory://")
+    scope = Scope("acme", "ana", "s1")
+    rows = _ndjson([{"i": i} for i in range(10)])
+    artifact_id = first.put(scope, rows, media_type=NDJSON).artifact_id
+    page = read.query(first, scope, artifact_id, limit=3)
+    try:
+        theirs = second.put(scope, rows, media_type=NDJSON).artifact_id
         with pytest.raises(InvalidCursor) as caught:
-            read.query(second, scope, artifact_id, limit=3, cursor=page["next_cursor"])
+            read.query(second, scope, theirs, limit=3, cursor=page["next_cursor"])
         assert caught.value.reason == "unknown_key"
         assert "query again without a cursor" in str(caught.value)
     finally:

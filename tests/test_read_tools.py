@@ -601,7 +601,8 @@ def test_load_truncates_large_text_and_says_how_to_continue(vault: Vault, scope:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_load_points_a_binary_record_file_to_query_artifact(vault: Vault, scope: Scope, mode: str) -> None:
-    pa = pytest.importorskip("pyarrow")
+    import pyarrow as pa
+
     box = Toolbox(vault)
     descriptor = read.capture_records(vault, scope, pa.table({"n": [1, 2, 3]}))
     assert descriptor.media_type.startswith(PARQUET)

@@ -201,7 +201,9 @@ class Client:
             body = _read_at_most(response, MAX_PROBLEM_BYTES)
         except httpx.HTTPError as exc:
             response.close()
-            raise StorageError(f"the refvault server at {self.url} sent a broken answer ({type(exc).__name__})") from None
+            raise StorageError(
+                f"the refvault server at {self.url} sent a broken answer ({type(exc).__name__})"
+            ) from None
         except BaseException:
             response.close()
             raise

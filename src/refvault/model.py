@@ -294,8 +294,16 @@ def selectors_for(media_type: str) -> list[str]:
     return selectors
 
 
+MAX_JSON_DEPTH = 32
+
+
 def checked_json(name: str, value: object, *, limit: int = 64 * 1024) -> dict[str, Any]:
-    """Validate a caller-supplied JSON object field (string keys, bounded size)."""
+    """Validate a caller-supplied JSON object field (string keys, bounded size, at most 32 levels deep).
+
+    The depth bound keeps every later consumer of the stored value (JSON
+    encoders, response models, other languages' parsers) far from its
+    recursion limit, so a stored manifest can always be described again.
+    """
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -307,7 +315,25 @@ def checked_json(name: str, value: object, *, limit: int = 64 * 1024) -> dict[st
     if len(text) > limit:
         raise InvalidMetadata(f"{name} is {len(text)} bytes as JSON; the limit is {limit}")
     loaded: dict[str, Any] = json.loads(text)
+    if _depth(loaded) > MAX_JSON_DEPTH:
+        raise InvalidMetadata(f"{name} nests deeper than {MAX_JSON_DEPTH} levels")
     return loaded
+
+
+def _depth(value: object) -> int:
+    """How many levels of objects and arrays ``value`` nests (iteratively: no recursion limit to hit)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 CAPTURE_STATUSES = ("complete", "partial", "unknown")

@@ -73,7 +73,16 @@ if TYPE_CHECKING:
 
     from refvault.client import VaultLike
 
-__all__ = ["INDEX", "MAX_LIMIT", "RecordSet", "capture_records", "derive", "query", "rotate_cursor_keys"]
+__all__ = [
+    "INDEX",
+    "MAX_LIMIT",
+    "RecordSet",
+    "capture_records",
+    "derive",
+    "derived_records",
+    "query",
+    "rotate_cursor_keys",
+]
 
 KIND = "records.parquet.v1"  # the derivation kind is KIND + ":" + source format (same bytes, other format: other kind)
 INDEX = "__refvault_index__"
@@ -410,6 +419,16 @@ def derivation_of(vault: Vault, scope: Scope, artifact_id: str) -> Derivation | 
     """The record derivative recorded for an artifact visible in ``scope``, if one was built."""
     kind = kind_for(vault.describe(scope, artifact_id).media_type)
     return None if kind is None else vault.derived(scope, artifact_id, kind)
+
+
+def derived_records(vault: VaultLike, scope: Scope, artifact_id: str) -> RecordSet | None:
+    """What :func:`derive` would return, if the record form was already built; never builds it (None then)."""
+    if not isinstance(vault, Vault):  # a refvault.client.Client: the server answers
+        return vault.derived_records(scope, artifact_id)
+    descriptor = vault.describe(scope, artifact_id)
+    kind = kind_for(descriptor.media_type)
+    derivation = None if kind is None else vault.derived(scope, artifact_id, kind)
+    return None if derivation is None else _record_set(descriptor, derivation)
 
 
 def derive(vault: VaultLike, scope: Scope, artifact_id: str) -> RecordSet:

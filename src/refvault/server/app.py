@@ -80,7 +80,7 @@ from refvault.keys import authenticate
 from refvault.model import Descriptor, Principal, Scope, parse_time
 from refvault.read import grep, query, window
 from refvault.read._access import readable
-from refvault.read.records import RecordSet, derivation_of, derive
+from refvault.read.records import RecordSet, derive, derived_records
 from refvault.server import DEFAULT_MAX_BODY
 from refvault.vault.vault import Vault
 from refvault.vault.verified import ArtifactStream
@@ -883,11 +883,11 @@ async def _rest(stream: ArtifactStream, first: bytes, remaining: int) -> AsyncIt
 
 def _record_set(vault: Vault, scope: Scope, artifact_id: str, build: bool) -> dict[str, Any] | None:
     """``derive``'s record set as JSON; with ``build`` false, None unless the record form already exists."""
-    if not build:
-        readable(vault, scope, artifact_id)
-        if derivation_of(vault, scope, artifact_id) is None:
-            return None
-    return record_set_json(derive(vault, scope, artifact_id))
+    if build:
+        return record_set_json(derive(vault, scope, artifact_id))
+    readable(vault, scope, artifact_id)
+    record_set = derived_records(vault, scope, artifact_id)
+    return None if record_set is None else record_set_json(record_set)
 
 
 def _verify(vault: Vault, scope: Scope, artifact_id: str) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from refvault.model import Descriptor, Scope
 from refvault.read import records as record_reads
 from refvault.read import windows
 from refvault.read._access import base_type, is_records, is_text, readable
-from refvault.vault.vault import Vault
 
 if TYPE_CHECKING:
     from refvault.client import VaultLike
@@ -96,15 +95,9 @@ def describe(vault: VaultLike, scope: Scope, artifact_id: str) -> dict[str, Any]
         reads.append("read_artifact (lines, byte_range, pattern)")
     if is_records(descriptor.media_type):
         reads.append("query_artifact (where, fields, order, limit, record_range, cursor)")
-        if isinstance(vault, Vault):
-            derivation = record_reads.derivation_of(vault, scope, artifact_id)
-            if derivation is not None:
-                info = derivation.info
-                answer["records"] = {"count": info["count"], "fields": dict(info["fields"])}
-        else:  # a refvault.client.Client: the server says whether it has built the record form
-            record_set = vault.derived_records(scope, artifact_id)
-            if record_set is not None:
-                answer["records"] = {"count": record_set.count, "fields": dict(record_set.fields)}
+        record_set = record_reads.derived_records(vault, scope, artifact_id)
+        if record_set is not None:
+            answer["records"] = {"count": record_set.count, "fields": dict(record_set.fields)}
     reads.append("load_artifacts")
     answer["reads"] = ", ".join(reads)
     return answer
