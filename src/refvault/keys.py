@@ -16,6 +16,14 @@ Invariants, each tested in ``tests/test_server_auth.py``:
 * **Scope comes from the key.** The :class:`~refvault.model.Principal` returned
   carries the key's tenant, user and allowed sessions; nothing in a request
   can widen it.
+* **A cache never outlives a revocation by more than its TTL.** A
+  :class:`KeyCache` (one per server process) remembers the principals of
+  tokens that authenticated in the last ``seconds`` (default 2 s), keyed by the
+  SHA-256 of the token (it never holds a token). :func:`revoke_key` forgets the
+  key in every cache over the same vault object at once; in other processes a
+  revocation takes effect within their TTL. Failures are never cached: every
+  unknown, wrong or revoked token takes the full path of :func:`authenticate`
+  on every request, so they still cost the same as each other.
 """
 
 from __future__ import annotations
@@ -25,7 +33,10 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Iterable
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
 from datetime import UTC
 
 from refvault.catalog.base import ApiKey
@@ -34,12 +45,25 @@ from refvault.ids import check_name
 from refvault.model import Principal, checked_label
 from refvault.vault.vault import Vault
 
-__all__ = ["TOKEN_PATTERN", "authenticate", "create_key", "list_keys", "parse_token", "revoke_key"]
+__all__ = [
+    "DEFAULT_CACHE_SECONDS",
+    "TOKEN_PATTERN",
+    "KeyCache",
+    "authenticate",
+    "create_key",
+    "list_keys",
+    "parse_token",
+    "revoke_key",
+]
 
 TOKEN_PATTERN = r"rvk_(k_[a-z2-7]{16})_([a-z2-7]{52})"  # noqa: S105 - a shape, not a secret
 _TOKEN = re.compile(TOKEN_PATTERN)
 _KEY_ID = re.compile(r"k_[a-z2-7]{16}")
 _DUMMY_HASH = hashlib.sha256(b"refvault: no such key").hexdigest()
+_CACHES = "refvault.keys.caches"  # the vault attachment: every KeyCache over that vault (weakly held)
+
+DEFAULT_CACHE_SECONDS = 2.0  # how long a KeyCache trusts a successful authentication
+DEFAULT_CACHE_SIZE = 4096  # tokens a KeyCache remembers at most
 
 
 def _b32(n_bytes: int) -> str:
@@ -107,10 +131,25 @@ def authenticate(vault: Vault, token: object) -> Principal | None:
 
 
 def revoke_key(vault: Vault, key_id: str) -> bool:
-    """Revoke a key now; False if it is unknown or already revoked. A revoked key never authenticates again."""
+    """Revoke a key now; False if it is unknown or already revoked. A revoked key never authenticates again.
+
+    Every :class:`KeyCache` over ``vault`` forgets the key at once; caches in
+    other processes (or over other vault objects) stop trusting it within their TTL.
+    """
     if not isinstance(key_id, str) or _KEY_ID.fullmatch(key_id) is None:
         return False
-    return vault.catalog.revoke_api_key(key_id, vault.clock().astimezone(UTC))
+    for cache in list(_caches(vault)):
+        cache.forget(key_id)  # before and after: no authentication in flight keeps the key
+    revoked = vault.catalog.revoke_api_key(key_id, vault.clock().astimezone(UTC))
+    for cache in list(_caches(vault)):
+        cache.forget(key_id)
+    return revoked
+
+
+def _caches(vault: Vault) -> weakref.WeakSet[KeyCache]:
+    """The key caches over ``vault`` (a vault attachment, so it goes with the vault)."""
+    caches: weakref.WeakSet[KeyCache] = vault.attachment(_CACHES, weakref.WeakSet)
+    return caches
 
 
 def list_keys(vault: Vault, tenant: str | None = None) -> list[ApiKey]:
@@ -118,3 +157,86 @@ def list_keys(vault: Vault, tenant: str | None = None) -> list[ApiKey]:
     if tenant is not None:
         check_name("tenant", tenant)
     return vault.catalog.api_keys(tenant)
+
+
+class KeyCache:
+    """Principals of recently authenticated tokens, for one server process; bounded and short-lived.
+
+    ``cached(token)`` answers from memory only (cheap enough for an event loop):
+    the principal of a token that authenticated less than ``seconds`` ago, else
+    None (which means "ask :meth:`authenticate`", never "refused").
+    ``authenticate(token)`` is :func:`authenticate` (a catalog read on a miss)
+    that remembers successes. Entries are keyed by the
+    token's SHA-256; failures are never remembered (see the module's
+    invariants). ``seconds=0`` turns the cache off. At most ``size`` tokens are
+    kept; the oldest go first. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        vault: Vault,
+        *,
+        seconds: float = DEFAULT_CACHE_SECONDS,
+        size: int = DEFAULT_CACHE_SIZE,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds <= 3600:
+            raise InvalidArgument("the API key cache TTL must be between 0 and 3600 seconds")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InvalidArgument("the API key cache size must be a positive number of tokens")
+        self._vault = vault
+        self._seconds = float(seconds)
+        self._size = size
+        self._clock = clock
+        self._entries: dict[str, tuple[float, str, Principal]] = {}  # token hash -> (expiry, key id, principal)
+        self._lock = threading.Lock()
+        self._generation = 0  # bumped by forget(): an authentication that overlapped it is not remembered
+        _caches(vault).add(self)
+
+    def cached(self, token: object) -> Principal | None:
+        """The remembered principal of ``token``, or None if there is none (never a catalog read)."""
+        if not self._seconds or not isinstance(token, str) or parse_token(token) is None:
+            return None
+        digest = _hash(token)
+        with self._lock:
+            entry = self._entries.get(digest)
+            if entry is None:
+                return None
+            if entry[0] <= self._clock():
+                del self._entries[digest]
+                return None
+            return entry[2]
+
+    def authenticate(self, token: object) -> Principal | None:
+        """:func:`authenticate`, answered from the cache when it can be; remembers a success."""
+        found = self.cached(token)
+        if found is not None:
+            return found
+        with self._lock:
+            generation = self._generation
+        principal = authenticate(self._vault, token)
+        if principal is None or not self._seconds or not isinstance(token, str):
+            return principal
+        key_id = parse_token(token)
+        assert key_id is not None  # authenticate accepted it
+        with self._lock:
+            if generation == self._generation:
+                if len(self._entries) >= self._size:
+                    self._evict()
+                self._entries[_hash(token)] = (self._clock() + self._seconds, key_id, principal)
+        return principal
+
+    def _evict(self) -> None:
+        """Drop expired entries, then the oldest ones until there is room (called with the lock held)."""
+        now = self._clock()
+        for digest in [d for d, entry in self._entries.items() if entry[0] <= now]:
+            del self._entries[digest]
+        while len(self._entries) >= self._size:
+            del self._entries[next(iter(self._entries))]
+
+    def forget(self, key_id: str) -> None:
+        """Stop trusting every token of ``key_id`` (called by :func:`revoke_key`)."""
+        with self._lock:
+            self._generation += 1
+            for digest in [d for d, entry in self._entries.items() if entry[1] == key_id]:
+                del self._entries[digest]

@@ -5,7 +5,7 @@ returns) and a 30 s busy timeout, so several processes can share one store.
 Write transactions start with ``BEGIN IMMEDIATE``: they take the database's
 write lock up front, which is the lock ``publish`` and ``collect`` rely on.
 
-**PostgreSQL** (psycopg 3, a pre-pinged connection pool, READ COMMITTED) has no
+**PostgreSQL** (psycopg 3, a connection pool recycled hourly, READ COMMITTED) has no
 single write lock, so the capture protocol's ordering (blob durable, then
 manifest committed, then reference published) is kept with transaction-scoped
 advisory locks, always taken in ascending order so that writers never deadlock:
@@ -24,7 +24,13 @@ the others replay it. Migrations take a fixed advisory lock, so several
 processes may open a fresh database at once.
 
 Reads are single statements (each sees one snapshot) and never block on writers; the one write
-a reader may attempt (recording derived chunk digests) gives up after 250 ms.
+a reader may attempt (recording derived chunk digests) gives up after 250 ms. The hot
+one-row reads (``find``, ``blob``, ``find_api_key``, ``derivation``) go straight to the
+driver on a pooled connection (:meth:`SqlCatalog._one`): a statement compiled once, no
+transaction (PostgreSQL autocommit: no BEGIN/ROLLBACK round trips), retried once on a
+fresh connection if the pooled one turns out to be dead (connections are not pinged
+before use; a write on a dead one fails once, with :class:`StorageError`, and the pool
+replaces every connection of that age).
 Database failures surface as :class:`~refvault.errors.StorageError` naming the
 error class, never the SQL or its parameters.
 """
@@ -36,8 +42,11 @@ import hashlib
 import json
 import os
 import stat
+import threading
 import time
+from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -51,7 +60,13 @@ from refvault.catalog.schema import MIGRATIONS, api_keys, artifacts, blobs, deri
 from refvault.errors import InvalidArgument, RefvaultError, StorageError
 from refvault.model import Scope
 
-__all__ = ["SqlCatalog"]
+__all__ = ["POOL_OVERFLOW", "POOL_SIZE", "SqlCatalog"]
+
+# Connections kept per process, and opened beyond that for one use each. Opening one
+# costs far more than a query (PRAGMAs on SQLite, a new backend on PostgreSQL), so the
+# pool covers the threads that use the catalog at once; connections open lazily.
+POOL_SIZE = 24
+POOL_OVERFLOW = 24
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -99,6 +114,17 @@ _IN_SCOPE = sa.and_(
 _FIND = sa.select(artifacts).where(artifacts.c.artifact_id == sa.bindparam("artifact_id"), _IN_SCOPE)
 _FIND_KEY = sa.select(artifacts).where(_IN_SCOPE, artifacts.c.idempotency_key == sa.bindparam("idempotency_key"))
 _BLOB = sa.select(blobs).where(blobs.c.namespace == sa.bindparam("ns"), blobs.c.digest == sa.bindparam("dg"))
+_FIND_API_KEY = sa.select(api_keys).where(api_keys.c.key_id == sa.bindparam("key_id"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A statement compiled for one dialect, for :meth:`SqlCatalog._one`."""
+
+    sql: str
+    positional: bool  # parameters by position (``names`` gives the order) or by name
+    names: tuple[str, ...]
+    row: Callable[..., Any]  # makes a row with attribute access from the driver's tuple
 
 
 def _upsert_blob(insert: Any) -> sa.Executable:
@@ -238,17 +264,28 @@ class SqlCatalog:
             os.close(fd)
         return cls(sa.engine.URL.create("sqlite", database=str(path)))
 
-    def __init__(self, url: str | sa.engine.URL, *, pool_size: int = 5, max_overflow: int = 10) -> None:
+    def __init__(
+        self, url: str | sa.engine.URL, *, pool_size: int = POOL_SIZE, max_overflow: int = POOL_OVERFLOW
+    ) -> None:
         """Open (and migrate) the catalog at ``url``: ``sqlite:///path`` or ``postgresql://...``.
 
         ``postgresql://`` and ``postgres://`` mean psycopg 3 (``postgresql+psycopg://``).
-        ``pool_size``/``max_overflow`` size the PostgreSQL connection pool per process.
+        ``pool_size``/``max_overflow`` size the connection pool per process: up to
+        ``pool_size`` connections are kept open (opened as needed, never up front);
+        the overflow ones are closed after each use, so ``pool_size`` should cover
+        the number of threads that read at once (``refvault serve`` caps its reads
+        at :data:`refvault.server.app.READ_THREADS`, below ``POOL_SIZE``).
         """
         self._closed = False
         target = _checked_url(url)
         try:
             if target.get_backend_name() == "sqlite":
-                self._engine = sa.create_engine(target, connect_args={"check_same_thread": False, "timeout": 30})
+                self._engine = sa.create_engine(
+                    target,
+                    pool_size=pool_size,
+                    max_overflow=max_overflow,
+                    connect_args={"check_same_thread": False, "timeout": 30},
+                )
                 sa.event.listen(self._engine, "connect", _sqlite_connect)
                 sa.event.listen(self._engine, "begin", _sqlite_begin)
             else:
@@ -256,7 +293,7 @@ class SqlCatalog:
                     target,
                     pool_size=pool_size,
                     max_overflow=max_overflow,
-                    pool_pre_ping=True,
+                    pool_recycle=3600,
                     pool_timeout=30,
                     connect_args={"connect_timeout": 10, "application_name": "refvault"},
                 )
@@ -266,6 +303,8 @@ class SqlCatalog:
             raise StorageError(f"cannot open the catalog: {type(exc).__name__}") from None
         self._postgres = self._engine.dialect.name == "postgresql"
         self._upsert_blob = _UPSERT_BLOB[self._engine.dialect.name]
+        self._compiled: dict[int, _Compiled] = {}
+        self._compile_lock = threading.Lock()
         try:
             self._migrate()
         except sa.exc.SQLAlchemyError as exc:
@@ -284,6 +323,58 @@ class SqlCatalog:
         if self._closed:
             raise StorageError("the catalog is closed")
         return self._engine.connect()
+
+    def _one(self, statement: sa.Select[Any], params: dict[str, Any]) -> Any:
+        """The first row of a one-statement read (attribute access by column name), or None.
+
+        Straight through the driver on a pooled connection: the statement is
+        compiled once per catalog, no transaction is opened (PostgreSQL runs it
+        in autocommit, so there is no BEGIN and no ROLLBACK), and a connection
+        found dead is dropped and the read retried once on a fresh one.
+        Statements here select plain columns (no type conversion on the way in or out).
+        """
+        compiled = self._compile(statement)
+        arguments: Any = tuple(params[name] for name in compiled.names) if compiled.positional else params
+        dialect = self._engine.dialect
+        for attempt in (1, 2):
+            if self._closed:
+                raise StorageError("the catalog is closed")
+            connection = self._engine.raw_connection()
+            try:
+                raw: Any = connection.dbapi_connection
+                if self._postgres:
+                    raw.autocommit = True
+                try:
+                    cursor = raw.cursor()
+                    try:
+                        cursor.execute(compiled.sql, arguments)
+                        row = cursor.fetchone()
+                    finally:
+                        cursor.close()
+                finally:
+                    if self._postgres and not raw.closed:
+                        raw.autocommit = False
+            except dialect.loaded_dbapi.Error as exc:
+                if dialect.is_disconnect(exc, connection, None):
+                    connection.invalidate(exc)
+                    if attempt == 1:
+                        continue
+                raise StorageError(f"the catalog failed: {_describe(exc)}") from None
+            finally:
+                connection.close()
+            return None if row is None else compiled.row(*row)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _compile(self, statement: sa.Select[Any]) -> _Compiled:
+        compiled = self._compiled.get(id(statement))
+        if compiled is None:
+            with self._compile_lock:
+                form = statement.compile(dialect=self._engine.dialect)
+                names = tuple(form.positiontup or ()) if form.positional else ()
+                row = namedtuple("Row", list(statement.selected_columns.keys()))  # type: ignore[misc]
+                compiled = _Compiled(str(form), form.positional, names, row)
+                self._compiled[id(statement)] = compiled
+        return compiled
 
     def _lock(self, conn: sa.Connection, keys: set[int]) -> None:
         """PostgreSQL: take the advisory locks ``keys`` until the transaction ends, in ascending order.
@@ -446,14 +537,12 @@ class SqlCatalog:
 
     @_translated
     def find(self, scope: Scope, artifact_id: str) -> Manifest | None:
-        with self._read() as conn:
-            row = conn.execute(_FIND, {**_scope_params(scope), "artifact_id": artifact_id}).first()
+        row = self._one(_FIND, {**_scope_params(scope), "artifact_id": artifact_id})
         return None if row is None else _manifest(row)
 
     @_translated
     def blob(self, key: BlobKey) -> BlobRecord | None:
-        with self._read() as conn:
-            row = conn.execute(_BLOB, {"ns": key.namespace, "dg": key.digest}).first()
+        row = self._one(_BLOB, {"ns": key.namespace, "dg": key.digest})
         return None if row is None else _blob_record(row)
 
     @_translated
@@ -466,8 +555,7 @@ class SqlCatalog:
 
     @_translated
     def derivation(self, source: BlobKey, kind: str) -> Derivation | None:
-        with self._read() as conn:
-            row = conn.execute(_DERIVATION, {"ns": source.namespace, "dg": source.digest, "kind": kind}).first()
+        row = self._one(_DERIVATION, {"ns": source.namespace, "dg": source.digest, "kind": kind})
         return None if row is None else _derivation(row)
 
     @_translated
@@ -522,8 +610,7 @@ class SqlCatalog:
 
     @_translated
     def find_api_key(self, key_id: str) -> ApiKey | None:
-        with self._read() as conn:
-            row = conn.execute(sa.select(api_keys).where(api_keys.c.key_id == key_id)).first()
+        row = self._one(_FIND_API_KEY, {"key_id": key_id})
         return None if row is None else _api_key(row)
 
     @_translated

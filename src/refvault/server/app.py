@@ -4,8 +4,10 @@ Invariants, where each is enforced, and the tests that hold them
 (``tests/test_server.py``, ``tests/test_server_auth.py``, ``tests/test_server_schema.py``):
 
 * **Every request is authenticated first.** ``Authorization: Bearer rvk_…``
-  is checked (:func:`refvault.keys.authenticate`) before anything else is
-  looked at; every failure is the same 401 body. Tenant and user come from the
+  is checked (:func:`refvault.keys.authenticate`, through the process's
+  :class:`~refvault.keys.KeyCache`: a revocation made elsewhere takes effect
+  within ``auth_cache_seconds``, one made through this app's vault at once)
+  before anything else is looked at; every failure is the same 401 body. Tenant and user come from the
   key; ``Refvault-Tenant``/``Refvault-User`` may only repeat them (else 403),
   and ``Refvault-Session`` must be allowed by the key (else 403).
 * **Absent and not-yours look the same.** A malformed id, an absent one and
@@ -23,8 +25,18 @@ Invariants, where each is enforced, and the tests that hold them
   is served in verified 1 MiB pieces; a verification failure before the first
   byte is a 500 problem, after it the connection is aborted so the client
   never receives a complete-looking body.
-* **The event loop never blocks.** Every vault and catalog call runs in the
-  threadpool.
+* **The event loop never blocks.** Every vault and catalog call runs in a
+  worker thread, one hop per request where possible (a recently checked API key
+  is answered from memory). Reads take at most :data:`READ_THREADS` threads
+  per process, which the catalog's connection pool covers (no connection is
+  opened per request); captures use the default threadpool.
+* **One answer per request, whichever path serves it.** ``GET …/content``
+  by a key checked moments ago (in the :class:`~refvault.keys.KeyCache`) with
+  an allowed session is served by ``_FastContent`` before FastAPI's routing and
+  dependency machinery (the hot read: 4 KiB GETs cost about a third less CPU);
+  it sends what the route would, built by the same functions, and leaves every
+  other request, including every failing check, to the route
+  (``tests/test_server_fast.py`` compares the two byte for byte).
 * **The schema tells the truth.** Every response of every operation is
   documented (``default`` is the problem schema), so schemathesis's
   conformance checks hold.
@@ -32,6 +44,7 @@ Invariants, where each is enforced, and the tests that hold them
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime,
 # and they refer to names local to ``_router``.
+import asyncio
 import hashlib
 import json
 import os
@@ -44,6 +57,7 @@ from importlib.util import find_spec
 from typing import Annotated, Any, TypeVar
 
 import anyio.from_thread
+import anyio.to_thread
 from fastapi import APIRouter, Depends, FastAPI, Header, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -76,7 +90,7 @@ from refvault.errors import (
     UnsupportedRead,
 )
 from refvault.ids import is_artifact_id
-from refvault.keys import authenticate
+from refvault.keys import DEFAULT_CACHE_SECONDS, KeyCache
 from refvault.model import Descriptor, Principal, Scope, parse_time
 from refvault.read import grep, query, window
 from refvault.read._access import readable
@@ -93,12 +107,14 @@ MAX_JSON_BODY = 1 << 20
 MAX_METADATA_DEPTH = 32  # nesting levels of the Refvault-Metadata object (source_version, completeness)
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PIECE = 1 << 20  # bytes read (and verified) per threadpool call when serving content
+READ_THREADS = 20  # worker threads per process (and event loop) for everything but captures
 MAX_LIST = 1000
 PROBLEM_PREFIX = "urn:refvault:problem:"
 UNAUTHENTICATED_DETAIL = "a valid API key is required: send 'Authorization: Bearer rvk_...'"
 
 # Environment read by ``app_from_env`` (set by ``refvault serve`` for each worker process).
 MAX_BODY_ENVVAR = "REFVAULT_MAX_BODY"
+AUTH_CACHE_ENVVAR = "REFVAULT_AUTH_CACHE_SECONDS"
 
 _NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._:@+\-]{0,127}$"
 _METADATA_FIELDS = (
@@ -465,15 +481,20 @@ def create_app(
     *,
     max_body: int = DEFAULT_MAX_BODY,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
+    auth_cache_seconds: float = DEFAULT_CACHE_SECONDS,
 ) -> FastAPI:
     """The HTTP API v1 over ``vault`` (which the caller keeps and closes), plus ``/mcp`` when available.
 
     ``max_body`` bounds a capture's body in bytes (413 above it). ``lifespan``
     runs around the app's life (``app_from_env`` closes its vault there).
+    ``auth_cache_seconds`` is how long a successful authentication is trusted
+    without reading the key again (:class:`~refvault.keys.KeyCache`; 0: never):
+    the longest a key revoked by another process (or vault object) keeps working here.
     """
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
         raise InvalidArgument("max_body must be a non-negative number of bytes")
-    mcp = _mcp_app(vault)
+    keys = KeyCache(vault, seconds=auth_cache_seconds)
+    mcp = _mcp_app(vault, keys)
 
     @asynccontextmanager
     async def life(app: FastAPI) -> AsyncIterator[None]:
@@ -487,7 +508,8 @@ def create_app(
         redirect_slashes=False,
         lifespan=life,
     )
-    app.include_router(_router(vault, max_body), prefix="/v1")
+    app.include_router(_router(vault, keys, max_body), prefix="/v1")
+    app.add_middleware(_FastContent, vault=vault, keys=keys)  # the hot read, for keys already checked
     _install_handlers(app)
     app.openapi = partial(_openapi, app)  # type: ignore[method-assign]
     if mcp is not None:  # at /mcp exactly (what MCP clients call) and below it
@@ -498,13 +520,13 @@ def create_app(
     return app
 
 
-def _mcp_app(vault: Vault) -> Any:
+def _mcp_app(vault: Vault, keys: KeyCache) -> Any:
     """The model-facing MCP endpoint from :mod:`refvault.server.mcp`, or None where that module is not installed."""
     if find_spec("refvault.server.mcp") is None:
         return None
     from refvault.server import mcp as mcp_module
 
-    return mcp_module.mcp_app(vault, partial(authenticate, vault))
+    return mcp_module.mcp_app(vault, keys.authenticate)
 
 
 class _Asgi:
@@ -536,13 +558,18 @@ def app_from_env() -> FastAPI:
     """An app over ``Vault.open()`` configured by the environment (one per worker process); closes it at shutdown.
 
     ``refvault serve`` sets ``REFVAULT_STORE`` or ``REFVAULT_CATALOG``/``REFVAULT_BLOBS``/
-    ``REFVAULT_S3_ENDPOINT`` and ``REFVAULT_MAX_BODY`` before starting uvicorn.
+    ``REFVAULT_S3_ENDPOINT``, ``REFVAULT_MAX_BODY`` and ``REFVAULT_AUTH_CACHE_SECONDS`` before starting uvicorn.
     """
     raw = os.environ.get(MAX_BODY_ENVVAR)
     try:
         max_body = DEFAULT_MAX_BODY if not raw else int(raw)
     except ValueError:
         raise InvalidArgument(f"{MAX_BODY_ENVVAR} must be a number of bytes") from None
+    raw = os.environ.get(AUTH_CACHE_ENVVAR)
+    try:
+        auth_cache_seconds = DEFAULT_CACHE_SECONDS if not raw else float(raw)
+    except ValueError:
+        raise InvalidArgument(f"{AUTH_CACHE_ENVVAR} must be a number of seconds") from None
     vault = Vault.open()
 
     @asynccontextmanager
@@ -553,18 +580,39 @@ def app_from_env() -> FastAPI:
             await run_in_threadpool(vault.close)
 
     try:
-        return create_app(vault, max_body=max_body, lifespan=closing)
+        return create_app(vault, max_body=max_body, lifespan=closing, auth_cache_seconds=auth_cache_seconds)
     except BaseException:
         vault.close()
         raise
 
 
-def _router(vault: Vault, max_body: int) -> APIRouter:
+_limiters: tuple[Any, anyio.CapacityLimiter] | None = None  # (event loop, its read limiter), the last one asked for
+
+
+def _read_limiter() -> anyio.CapacityLimiter | None:
+    """This event loop's limiter of read threads (one per loop: a limiter belongs to the loop it waits on).
+
+    None (anyio's default limiter) outside asyncio. Kept for the last loop asked
+    only: a server runs one loop per process.
+    """
+    global _limiters
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    if _limiters is None or _limiters[0] is not loop:
+        _limiters = (loop, anyio.CapacityLimiter(READ_THREADS))
+    return _limiters[1]
+
+
+async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``func(*args, **kwargs)`` in a worker thread, at most :data:`READ_THREADS` at once."""
+    return await anyio.to_thread.run_sync(partial(func, *args, **kwargs), limiter=_read_limiter())
+
+
+def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
     router = APIRouter(responses={"default": _PROBLEM_RESPONSE})
     bearer = HTTPBearer(auto_error=False, description="An API key: `rvk_<key_id>_<secret>`")
-
-    async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await run_in_threadpool(func, *args, **kwargs)
 
     async def caller(
         credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)],
@@ -572,7 +620,9 @@ def _router(vault: Vault, max_body: int) -> APIRouter:
         user: Annotated[str | None, Header(alias="Refvault-User")] = None,
     ) -> Principal:
         token = credentials.credentials if credentials is not None else None
-        principal = None if token is None else await blocking(authenticate, vault, token)
+        principal = None if token is None else keys.cached(token)  # no thread hop for a recent key
+        if principal is None and token is not None:
+            principal = await blocking(keys.authenticate, token)
         if principal is None:
             raise Unauthenticated(UNAUTHENTICATED_DETAIL)
         if (tenant is not None and tenant != principal.tenant) or (user is not None and user != principal.user):
@@ -632,7 +682,7 @@ def _router(vault: Vault, max_body: int) -> APIRouter:
                 return None
 
         try:
-            descriptor = await blocking(vault.put, scope, _body(receive, max_body), **options)
+            descriptor = await run_in_threadpool(vault.put, scope, _body(receive, max_body), **options)
         except ClientDisconnect:
             return problem(
                 400, "invalid-argument", "Invalid argument", "the request body ended early", "InvalidArgument"
@@ -679,13 +729,7 @@ def _router(vault: Vault, max_body: int) -> APIRouter:
     ) -> Response:
         """The verified bytes; one ``Range`` (``bytes=a-b``, ``a-``, ``-n``) gives 206; ``ETag`` is the content hash."""
         plan = await blocking(_plan_content, vault, scope, _checked_id(artifact_id), range_, if_none_match, if_range)
-        if plan.problem is not None:
-            return plan.problem
-        if plan.stream is None:
-            return Response(plan.first, status_code=plan.status, headers=plan.headers)
-        return StreamingResponse(
-            _rest(plan.stream, plan.first, plan.remaining), status_code=plan.status, headers=plan.headers
-        )
+        return _content_response(plan)
 
     @router.get(
         "/artifacts/{artifact_id}/window",
@@ -826,13 +870,44 @@ def _plan_content(
     if_none_match: str | None,
     if_range: str | None,
 ) -> _Content:
-    """Look the artifact up, answer conditionals and ranges, and read (verify) the first piece; in a worker thread."""
-    descriptor = vault.describe(scope, artifact_id)
+    """Look the artifact up, answer conditionals and ranges, and read (verify) the first piece; in a worker thread.
+
+    One lookup (``Vault.open_artifact``) gives the descriptor and the stream;
+    a conditional request looks first (``describe``) so a 304 opens no bytes.
+    The returned plan holds the stream only if bytes remain to be sent.
+    """
+    stream: ArtifactStream | None = None
+    if if_none_match is None:
+        descriptor, stream = vault.open_artifact(scope, artifact_id)
+    else:
+        descriptor = vault.describe(scope, artifact_id)
+    keep = False
+    try:
+        plan, start, end = _plan_headers(descriptor, range_header, if_none_match, if_range)
+        if plan.status not in (200, 206):
+            return plan
+        if stream is None:
+            stream = vault.stream(scope, artifact_id)
+        stream.seek(start)
+        plan.first = stream.read(min(PIECE, end - start)) if end > start else b""
+        plan.remaining = end - start - len(plan.first)
+        if plan.remaining > 0:
+            plan.stream, keep = stream, True
+        return plan
+    finally:
+        if stream is not None and not keep:
+            stream.close()
+
+
+def _plan_headers(
+    descriptor: Descriptor, range_header: str | None, if_none_match: str | None, if_range: str | None
+) -> tuple[_Content, int, int]:
+    """The status and headers for ``descriptor``, and the byte range ``[start, end)`` to send (a 304/416 sends none)."""
     size = descriptor.size
     etag = '"' + descriptor.content_hash.removeprefix("sha256:") + '"'
     headers = {"ETag": etag, "Accept-Ranges": "bytes"}
     if _etag_matches(if_none_match, etag):
-        return _Content(304, headers)
+        return _Content(304, headers), 0, 0
     wanted = byte_range(range_header, size)
     if if_range is not None and if_range.strip() != etag:
         wanted = None  # the client's copy is of other bytes: send the whole artifact
@@ -845,7 +920,7 @@ def _plan_content(
             "InvalidArgument",
             headers={"Content-Range": f"bytes */{size}", **headers},
         )
-        return _Content(416, headers, problem=response)
+        return _Content(416, headers, problem=response), 0, 0
     start, end = (0, size) if wanted is None or isinstance(wanted, str) else wanted
     status = 200 if wanted is None else 206
     headers["Content-Type"] = descriptor.media_type
@@ -853,18 +928,94 @@ def _plan_content(
     headers["X-Content-Type-Options"] = "nosniff"
     if status == 206:
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
-    stream = vault.stream(scope, artifact_id)
-    try:
-        stream.seek(start)
-        first = stream.read(min(PIECE, end - start)) if end > start else b""
-    except BaseException:
-        stream.close()
-        raise
-    remaining = end - start - len(first)
-    if remaining == 0:
-        stream.close()
-        return _Content(status, headers, first)
-    return _Content(status, headers, first, stream, remaining)
+    return _Content(status, headers), start, end
+
+
+def _content_response(plan: _Content) -> Response:
+    if plan.problem is not None:
+        return plan.problem
+    if plan.stream is None:
+        return Response(plan.first, status_code=plan.status, headers=plan.headers)
+    return StreamingResponse(
+        _rest(plan.stream, plan.first, plan.remaining), status_code=plan.status, headers=plan.headers
+    )
+
+
+_CONTENT_PATH = re.compile(r"/v1/artifacts/([^/]+)/content")
+_SESSION = re.compile(_NAME_PATTERN)
+
+
+class _FastContent:
+    """``GET /v1/artifacts/{id}/content`` by a recently authenticated key, without FastAPI's request machinery.
+
+    Taken only when every check the route's dependencies make would pass: the
+    bearer token is in the process's :class:`~refvault.keys.KeyCache` (so it
+    authenticated moments ago), ``Refvault-Tenant``/``Refvault-User`` are absent
+    or the key's own, and ``Refvault-Session`` is a session name the key
+    allows. Anything else goes to the route, which answers it (401, 403, 400...)
+    exactly as before. The answer is built by the route's own functions
+    (``_plan_content``, ``_content_response``, ``problem_for``), so both paths
+    send the same bytes; the schema documents the route.
+    """
+
+    def __init__(self, app: Any, vault: Vault, keys: KeyCache) -> None:
+        self.app = app
+        self.vault = vault
+        self.keys = keys
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            match = _CONTENT_PATH.fullmatch(scope["path"])
+            if match is not None:
+                caller = self._scope(scope)
+                if caller is not None:
+                    try:
+                        artifact_id = _checked_id(match.group(1))
+                        plan = await blocking(_plan_content, self.vault, caller, artifact_id, *self._conditions(scope))
+                        response = _content_response(plan)
+                    except RefvaultError as exc:
+                        response = problem_for(exc)  # what the app's RefvaultError handler sends
+                    except Exception:
+                        await _internal_error()(scope, receive, send)  # as the app's last-resort handler ...
+                        raise  # ... which also lets the server log it
+                    await response(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+    def _scope(self, scope: Any) -> Scope | None:
+        """The caller's scope if the request passes every check of the route's dependencies, else None."""
+        headers = _first_headers(scope, (b"authorization", b"refvault-tenant", b"refvault-user", b"refvault-session"))
+        authorization, tenant, user, session = headers
+        if authorization is None or session is None or _SESSION.fullmatch(session) is None:
+            return None
+        kind, _, rest = authorization.partition(" ")  # as fastapi.security.HTTPBearer reads it
+        token = rest.strip()
+        if kind.lower() != "bearer" or not token:
+            return None
+        principal = self.keys.cached(token)
+        if principal is None or tenant not in (None, principal.tenant) or user not in (None, principal.user):
+            return None
+        try:
+            caller = Scope(principal.tenant, principal.user, session)
+        except InvalidScope:
+            return None
+        return caller if principal.allows(caller) else None
+
+    @staticmethod
+    def _conditions(scope: Any) -> tuple[str | None, str | None, str | None]:
+        range_, if_none_match, if_range = _first_headers(scope, (b"range", b"if-none-match", b"if-range"))
+        return range_, if_none_match, if_range
+
+
+def _first_headers(scope: Any, names: tuple[bytes, ...]) -> list[str | None]:
+    """The first value of each named header (lowercase names), as Starlette's ``headers.get`` gives it."""
+    found: list[str | None] = [None] * len(names)
+    for name, value in scope["headers"]:
+        if name in names:
+            index = names.index(name)
+            if found[index] is None:
+                found[index] = value.decode("latin-1")
+    return found
 
 
 async def _rest(stream: ArtifactStream, first: bytes, remaining: int) -> AsyncIterator[bytes]:
@@ -872,13 +1023,13 @@ async def _rest(stream: ArtifactStream, first: bytes, remaining: int) -> AsyncIt
     try:
         yield first
         while remaining > 0:
-            piece = await run_in_threadpool(stream.read, min(PIECE, remaining))
+            piece = await blocking(stream.read, min(PIECE, remaining))
             if not piece:
                 raise IntegrityError("the artifact ended before its recorded size")
             remaining -= len(piece)
             yield piece
     finally:
-        await run_in_threadpool(stream.close)
+        await blocking(stream.close)
 
 
 def _record_set(vault: Vault, scope: Scope, artifact_id: str, build: bool) -> dict[str, Any] | None:

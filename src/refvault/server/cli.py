@@ -2,7 +2,7 @@
 
 ::
 
-    refvault serve [--host 127.0.0.1] [--port 8765] [--workers N] [--max-body BYTES]
+    refvault serve [--host 127.0.0.1] [--port 8765] [--workers N] [--max-body BYTES] [--auth-cache-seconds S]
                    [--store PATH | --catalog URL --blobs s3://BUCKET/PREFIX [--s3-endpoint URL]]
     refvault keys create --tenant T --user U [--session S ...] [--label L]   prints the token, once
     refvault keys list [--tenant T]
@@ -138,6 +138,15 @@ def _url(host: str, port: int) -> str:
     metavar="BYTES",
     help="Largest capture body accepted (413 above it).",
 )
+@click.option(
+    "--auth-cache-seconds",
+    type=click.FloatRange(0, 3600),
+    default=2.0,  # refvault.keys.DEFAULT_CACHE_SECONDS (not imported: this module loads click only)
+    show_default=True,
+    metavar="SECONDS",
+    help="Trust a successful API key check this long per worker: a key revoked elsewhere works at most this much longer"
+    " (0: check every request).",
+)
 @click.option("--access-log/--no-access-log", default=True, show_default=True, help="Log every request.")
 @_store_options
 @click.pass_context
@@ -147,6 +156,7 @@ def serve(
     port: int,
     workers: int,
     max_body: int,
+    auth_cache_seconds: float,
     access_log: bool,
     catalog: str | None,
     blobs: str | None,
@@ -162,6 +172,7 @@ def serve(
         pass  # open once here: creates the embedded store and runs migrations before workers race
     description = _select_store(ctx, catalog, blobs, s3_endpoint)
     os.environ["REFVAULT_MAX_BODY"] = str(max_body)
+    os.environ["REFVAULT_AUTH_CACHE_SECONDS"] = repr(auth_cache_seconds)
     url = _url(host, port)
     store_flag = ""
     if ctx.meta.get(_STORE_KEY) is not None:
@@ -180,7 +191,7 @@ def serve(
         workers=workers,
         access_log=access_log,
         log_level="info",
-    )
+    )  # loop and http default to "auto": uvloop and httptools, which the server extra installs
 
 
 def _version() -> str:
