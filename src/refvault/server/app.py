@@ -328,6 +328,23 @@ def _open_json(description: str) -> dict[str, Any]:
 # -- request parsing ------------------------------------------------------------------------
 
 
+def session_scope(principal: Principal, session: str) -> Scope:
+    """The scope a key acts in: its own tenant and user, and the ``Refvault-Session`` it names.
+
+    :class:`~refvault.errors.InvalidArgument` for a malformed session name,
+    :class:`~refvault.errors.Forbidden` for a session the key does not allow.
+    Every surface (the API's routes, its content fast path, ``/mcp``) decides
+    scope here and nowhere else.
+    """
+    try:
+        scope = Scope(principal.tenant, principal.user, session)
+    except InvalidScope:
+        raise InvalidArgument("the Refvault-Session header must be a valid session name") from None
+    if not principal.allows(scope):
+        raise Forbidden("this API key may not act in the session named by Refvault-Session")
+    return scope
+
+
 def _checked_id(artifact_id: str) -> str:
     """The id if it is well formed; else the same NotFound as an absent id (without echoing the string)."""
     if not is_artifact_id(artifact_id):
@@ -633,13 +650,7 @@ def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
         principal: Annotated[Principal, Depends(caller)],
         session: Annotated[str, Header(alias="Refvault-Session", pattern=_NAME_PATTERN)],
     ) -> Scope:
-        try:
-            scope = Scope(principal.tenant, principal.user, session)
-        except InvalidScope:
-            raise InvalidArgument("the Refvault-Session header must be a valid session name") from None
-        if not principal.allows(scope):
-            raise Forbidden("this API key may not act in the session named by Refvault-Session")
-        return scope
+        return session_scope(principal, session)
 
     Caller = Annotated[Scope, Depends(scope_of)]  # noqa: N806 - a type alias
 
@@ -996,10 +1007,9 @@ class _FastContent:
         if principal is None or tenant not in (None, principal.tenant) or user not in (None, principal.user):
             return None
         try:
-            caller = Scope(principal.tenant, principal.user, session)
-        except InvalidScope:
+            return session_scope(principal, session)
+        except RefvaultError:
             return None
-        return caller if principal.allows(caller) else None
 
     @staticmethod
     def _conditions(scope: Any) -> tuple[str | None, str | None, str | None]:

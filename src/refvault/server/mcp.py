@@ -40,10 +40,17 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 
 from refvault import __version__
-from refvault.errors import Forbidden, InvalidArgument, InvalidScope, RefvaultError, Unauthenticated
+from refvault.errors import Forbidden, InvalidArgument, RefvaultError, Unauthenticated
 from refvault.integrations.mcp.gateway import ArtifactTools, new_tool_call_id
 from refvault.model import Principal, Scope
-from refvault.server.app import UNAUTHENTICATED_DETAIL, BodyTooLarge, declared_length, problem, problem_for
+from refvault.server.app import (
+    UNAUTHENTICATED_DETAIL,
+    BodyTooLarge,
+    declared_length,
+    problem,
+    problem_for,
+    session_scope,
+)
 from refvault.vault.vault import Vault
 
 __all__ = ["SCOPE_KEY", "mcp_app"]
@@ -155,13 +162,7 @@ def _scope(principal: Principal | None, headers: Mapping[str, str]) -> Scope:
     session = headers.get("refvault-session")
     if not session:
         raise InvalidArgument("the Refvault-Session header is required: it names the session to act in")
-    try:
-        scope = Scope(principal.tenant, principal.user, session)
-    except InvalidScope:
-        raise InvalidArgument("the Refvault-Session header must be a valid session name") from None
-    if not principal.allows(scope):
-        raise Forbidden("this API key may not act in the session named by Refvault-Session")
-    return scope
+    return session_scope(principal, session)
 
 
 def _server(tools: ArtifactTools) -> Server[Any]:
