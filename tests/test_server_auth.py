@@ -304,3 +304,12 @@ def test_sealed_artifact_content_is_served_to_its_owner(client: TestClient, vaul
     assert window.json()["type"] == "urn:refvault:problem:sealed"
     stranger = create_key(vault, "globex", "ana")[1]
     assert client.get(f"/v1/artifacts/{sealed}/content", headers=bearer(stranger)).status_code == 404
+
+
+@pytest.mark.parametrize("command", [["keys", "list"], ["keys", "revoke", "k_aaaaaaaaaaaaaaaa"]])
+def test_keys_list_and_revoke_never_create_a_store(tmp_path: Path, command: list[str]) -> None:
+    missing = tmp_path / "nowhere"
+    result = CliRunner().invoke(main, [*command, "--store", str(missing)])
+    assert result.exit_code == 1
+    assert "no refvault store at" in result.stderr
+    assert not missing.exists()

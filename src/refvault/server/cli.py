@@ -105,8 +105,16 @@ def _redacted(url: str) -> str:
 
 
 @contextmanager
-def _vault(ctx: click.Context, catalog: str | None, blobs: str | None, s3_endpoint: str | None) -> Iterator[Vault]:
-    from refvault.cli import open_store
+def _vault(
+    ctx: click.Context,
+    catalog: str | None,
+    blobs: str | None,
+    s3_endpoint: str | None,
+    *,
+    create: bool = True,
+) -> Iterator[Vault]:
+    """The chosen store. Unless ``create``, a directory without a store is an error, not a new store."""
+    from refvault.cli import CliError, open_store
     from refvault.vault.vault import Vault
 
     description = _select_store(ctx, catalog, blobs, s3_endpoint)
@@ -114,6 +122,8 @@ def _vault(ctx: click.Context, catalog: str | None, blobs: str | None, s3_endpoi
         with Vault.open() as vault:
             yield vault
         return
+    if not create and not os.path.exists(os.path.join(description, "catalog.db")):
+        raise CliError(f"no refvault store at {description} (pass --store, or create a key first)", "StoreNotFound")
     with open_store(description) as vault:
         yield vault
 
@@ -277,7 +287,7 @@ def list_command(
     """List keys, oldest first (never their tokens)."""
     from refvault.keys import list_keys
 
-    with _vault(ctx, catalog, blobs, s3_endpoint) as vault:
+    with _vault(ctx, catalog, blobs, s3_endpoint, create=False) as vault:
         found = list_keys(vault, tenant)
     if as_json:
         click.echo(json.dumps([_key_dict(key) for key in found], indent=2))
@@ -300,7 +310,7 @@ def revoke(ctx: click.Context, key_id: str, catalog: str | None, blobs: str | No
     from refvault.cli import CliError
     from refvault.keys import revoke_key
 
-    with _vault(ctx, catalog, blobs, s3_endpoint) as vault:
+    with _vault(ctx, catalog, blobs, s3_endpoint, create=False) as vault:
         revoked = revoke_key(vault, key_id)
     if not revoked:
         raise CliError("no active API key with that id (unknown or already revoked)", "NotFound")
