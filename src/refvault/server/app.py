@@ -104,7 +104,6 @@ __all__ = ["DEFAULT_MAX_BODY", "MAX_JSON_BODY", "PROBLEM_MEDIA_TYPE", "app_from_
 T = TypeVar("T")
 
 MAX_JSON_BODY = 1 << 20
-MAX_METADATA_DEPTH = 32  # nesting levels of the Refvault-Metadata object (source_version, completeness)
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 PIECE = 1 << 20  # bytes read (and verified) per threadpool call when serving content
 READ_THREADS = 20  # worker threads per process (and event loop) for everything but captures
@@ -375,9 +374,6 @@ def capture_options(metadata: str | None, content_type: str | None) -> dict[str,
         raise InvalidMetadata("the Refvault-Metadata header must be a JSON object")
     if not set(fields) <= set(_METADATA_FIELDS):
         raise InvalidMetadata(f"Refvault-Metadata accepts only the fields {', '.join(_METADATA_FIELDS)}")
-    if _depth(fields) > MAX_METADATA_DEPTH:
-        # Deeper values pass JSON parsing but would overflow the recursion that freezes a descriptor.
-        raise InvalidMetadata(f"Refvault-Metadata values may nest at most {MAX_METADATA_DEPTH} levels deep")
     for name, value in fields.items():
         if value is None and name in ("media_type", "disclosure"):
             continue  # null means the default
@@ -392,17 +388,6 @@ def declared_length(value: str | None) -> int | None:
     if value is None or not (value.isascii() and value.isdigit()):
         return None
     return int(value) if len(value) <= 19 else 2**63  # int() refuses very long digit strings
-
-
-def _depth(value: object) -> int:
-    """How deeply ``value``'s lists and objects nest (iterative: any depth is measured without recursing)."""
-    deepest, pending = 0, [(value, 1)]
-    while pending:
-        item, level = pending.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            pending.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
 
 
 def _timestamp(name: str, value: object) -> Any:
