@@ -1,6 +1,13 @@
-"""``refvault mcp proxy``: serve an MCP server through refvault, so its tool results never carry bytes.
+"""``refvault mcp``: serve refvault's own tools (``serve``), or an MCP server through refvault (``proxy``).
 
 ::
+
+    refvault mcp serve [--store PATH] [--tenant/--user/--session NAME]   refvault's read tools, over stdio
+
+``serve`` is for MCP hosts configured with a command: it serves the five
+model-facing read tools and ``refvault://`` resources of an existing store
+(it never creates one) in the one scope it was started with, over its
+stdin/stdout (tests: ``tests/test_mcp_serve.py``).
 
     refvault mcp proxy [OPTIONS] -- COMMAND [ARGS...]    upstream over stdio (a command to run)
     refvault mcp proxy [OPTIONS] --url http://HOST/mcp   upstream over streamable HTTP
@@ -61,23 +68,80 @@ def _scope_option(part: str) -> Callable[[F], F]:
         show_default=True,
         show_envvar=True,
         metavar="NAME",
-        help=f"The {part} of the proxy's scope.",
+        help=f"The {part} of the scope every request runs in.",
     )
+
+
+def _store_option(created: bool) -> Callable[[F], F]:
+    return click.option(
+        "--store",
+        type=click.Path(file_okay=False, dir_okay=True, path_type=str),
+        default=None,
+        metavar="PATH",
+        expose_value=False,
+        callback=_remember_store,
+        help="Store directory (default: $REFVAULT_STORE, else ./.refvault)"
+        + ("; created if missing." if created else "; must exist."),
+    )
+
+
+@mcp.command(
+    short_help="Serve refvault's read tools for a local store over stdio.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@_store_option(created=False)
+@_scope_option("tenant")
+@_scope_option("user")
+@_scope_option("session")
+@click.pass_context
+def serve(ctx: click.Context, tenant: str, user: str, session: str) -> None:
+    """Serve refvault's model-facing tools and resources over stdio, for MCP hosts configured with a command.
+
+    Tools: describe_artifact, list_artifacts, read_artifact, query_artifact and
+    load_artifacts; resources: the scope's artifacts as refvault:// URIs. Every
+    request runs in the one scope given here (--tenant/--user/--session); sealed
+    artifacts are listed but their content is never served. SIGINT, SIGTERM and
+    SIGHUP stop the server with exit status 0.
+    """
+    from refvault.cli import BadInput, _opened
+    from refvault.errors import InvalidArgument
+    from refvault.model import Scope
+
+    try:
+        scope = Scope(tenant, user, session)
+    except InvalidArgument as exc:
+        raise BadInput(str(exc), type(exc).__name__) from None
+    gateway = _gateway_module()
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
+    with _opened(ctx) as vault:
+        import anyio
+
+        server = gateway.ArtifactTools(vault).server(lambda _: scope)
+        line = f"refvault mcp serve: serving {scope} over stdio"
+        try:
+            anyio.run(lambda: gateway.serve_until_stopped(server, announce=lambda: gateway.stderr_line(line)))
+        except KeyboardInterrupt:
+            return
+
+
+def _gateway_module() -> Any:
+    """:mod:`refvault.integrations.mcp.gateway`, or a clear error naming the extra to install."""
+    from refvault.cli import CliError
+
+    try:
+        from refvault.integrations.mcp import gateway
+    except ImportError:
+        raise CliError(
+            "the MCP commands need the optional 'mcp' extra: pip install 'refvault[mcp]'", "MissingExtra"
+        ) from None
+    return gateway
 
 
 @mcp.command(
     context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
     short_help="Serve an MCP server through refvault.",
 )
-@click.option(
-    "--store",
-    type=click.Path(file_okay=False, dir_okay=True, path_type=str),
-    default=None,
-    metavar="PATH",
-    expose_value=False,
-    callback=_remember_store,
-    help="Store directory (default: $REFVAULT_STORE, else ./.refvault); created if missing.",
-)
+@_store_option(created=True)
 @_scope_option("tenant")
 @_scope_option("user")
 @_scope_option("session")
@@ -160,12 +224,7 @@ def proxy(
         raise click.UsageError("give either --url or a COMMAND, not both")
     if not command and url is None:
         raise click.UsageError("give the upstream server: -- COMMAND [ARGS]... (stdio) or --url URL (HTTP)")
-    try:
-        from refvault.integrations.mcp import gateway
-    except ImportError:
-        raise CliError(
-            "the MCP gateway needs the optional 'mcp' extra: pip install 'refvault[mcp]'", "MissingExtra"
-        ) from None
+    gateway = _gateway_module()
     try:
         scope = Scope(tenant, user, session)
         options = gateway.GatewayOptions(
