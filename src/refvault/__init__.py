@@ -33,6 +33,7 @@ _EXPORTS = {
     "Vault": "refvault.vault.vault",
     "VerifyReport": "refvault.vault.vault",
     "errors": "refvault.errors",
+    "evidence": "refvault.evidence",
     "Observation": "refvault.toolbox.toolbox",
     "Ref": "refvault.toolbox.ref",
     "ToolContext": "refvault.toolbox.toolbox",
@@ -105,11 +106,12 @@ __all__ = [
     "Vault",
     "VerifyReport",
     "errors",
+    "evidence",
     "read",
 ]
 
 if TYPE_CHECKING:
-    from refvault import errors, read
+    from refvault import errors, evidence, read
     from refvault.client import Client
     from refvault.errors import (
         BadRef,
@@ -149,7 +151,7 @@ def __getattr__(name: str) -> Any:
     if module_name is None:
         raise AttributeError(f"module 'refvault' has no attribute {name!r}")
     module = import_module(module_name)
-    value = module if name in ("errors", "read") else getattr(module, name)
+    value = module if name in ("errors", "evidence", "read") else getattr(module, name)
     globals()[name] = value
     return value
 

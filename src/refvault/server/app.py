@@ -45,7 +45,6 @@ Invariants, where each is enforced, and the tests that hold them
 # No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime,
 # and they refer to names local to ``_router``.
 import asyncio
-import hashlib
 import json
 import os
 import re
@@ -823,7 +822,7 @@ def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
     @router.get("/artifacts/{artifact_id}/verify", response_model=Verification, tags=["artifacts"])
     async def verify(artifact_id: str, scope: Caller) -> JSONResponse:
         """Read and hash every byte of the artifact (500 ``integrity-error`` on damage)."""
-        result = await blocking(_verify, vault, scope, _checked_id(artifact_id))
+        result = await blocking(vault.verify_artifact, scope, _checked_id(artifact_id))
         return JSONResponse(result)
 
     @router.delete("/artifacts/{artifact_id}", status_code=204, response_class=Response, tags=["artifacts"])
@@ -1034,20 +1033,6 @@ def _record_set(vault: Vault, scope: Scope, artifact_id: str, build: bool) -> di
     readable(vault, scope, artifact_id)
     record_set = derived_records(vault, scope, artifact_id)
     return None if record_set is None else record_set_json(record_set)
-
-
-def _verify(vault: Vault, scope: Scope, artifact_id: str) -> dict[str, Any]:
-    """Read every byte through the verified stream and hash it against the descriptor."""
-    descriptor = vault.describe(scope, artifact_id)
-    digest = hashlib.sha256()
-    size = 0
-    with vault.stream(scope, artifact_id) as stream:
-        for piece in stream.iter_chunks():
-            digest.update(piece)
-            size += len(piece)
-    if "sha256:" + digest.hexdigest() != descriptor.content_hash or size != descriptor.size:
-        raise IntegrityError(f"artifact {descriptor.artifact_id} failed verification: its bytes do not match")
-    return {"artifact_id": descriptor.artifact_id, "ok": True, "content_hash": descriptor.content_hash, "size": size}
 
 
 # -- handlers and schema --------------------------------------------------------------------

@@ -29,6 +29,7 @@ Invariants, and where each is enforced and tested:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -472,6 +473,30 @@ class Vault:
         """
         manifest, stream = self._stream(scope, artifact_id)
         return manifest.descriptor(), stream
+
+    def verify_artifact(self, scope: Scope, artifact_id: str) -> dict[str, Any]:
+        """Re-read and hash every byte of one artifact: ``{"artifact_id", "ok", "content_hash", "size"}``.
+
+        Raises :class:`IntegrityError` if the bytes do not match the content
+        hash recorded at capture (the same read path as every other read, so
+        it proves what a reader would get). :class:`refvault.client.Client`
+        has the same method, run by the server.
+        """
+        descriptor, stream = self.open_artifact(scope, artifact_id)
+        digest = hashlib.sha256()
+        size = 0
+        with stream:
+            for piece in stream.iter_chunks():
+                digest.update(piece)
+                size += len(piece)
+        if "sha256:" + digest.hexdigest() != descriptor.content_hash or size != descriptor.size:
+            raise IntegrityError(f"artifact {descriptor.artifact_id} failed verification: its bytes do not match")
+        return {
+            "artifact_id": descriptor.artifact_id,
+            "ok": True,
+            "content_hash": descriptor.content_hash,
+            "size": size,
+        }
 
     def _stream(self, scope: Scope, artifact_id: str) -> tuple[Manifest, ArtifactStream]:
         blob: VerifiedBlob | None = None

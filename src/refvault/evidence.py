@@ -1,0 +1,398 @@
+"""The evidence gate: may this artifact, read this way, support this decision, judged at this moment?
+
+::
+
+    from refvault.evidence import Requirement, check, reread
+
+    need = Requirement(
+        source="infra.incident-events",
+        coverage={"region": ["eu-west", "us-east"], "start_inclusive": "2026-11-06T04:00:00Z",
+                  "end_exclusive": "2026-11-06T04:10:00Z"},
+        max_age=timedelta(minutes=30),
+    )
+    verdict = reread(vault, scope, artifact_id, need, at=decision_time,
+                     read=lambda: refvault.read.query(vault, scope, artifact_id, where=...))
+    verdict.satisfied      # True, or False with verdict.reasons: each a code and a message
+
+A content hash proves the bytes are the ones captured; it does not prove they
+are fit for a decision. The gate answers the second question from trusted
+state only. Invariants (tested in ``tests/test_evidence.py``):
+
+* **Explicit time.** Every judgement takes ``at``, a timezone-aware moment
+  supplied by the caller; nothing here reads a clock, so a verdict is
+  reproducible.
+* **Every reason, not the first.** A verdict lists every failed condition,
+  each with a stable code (:data:`REASONS`) and a message made of metadata
+  only (ids, field names, coverage values, times); never artifact content.
+* **Applicability** (:func:`check`): the capture's ``source_version.source_id``
+  is the required source (``wrong_source``); with ``require_complete`` its
+  capture status is ``complete`` (``incomplete_capture``); its recorded
+  coverage includes the required coverage (``coverage_not_met``): listed
+  values (a region, several regions) by containment, a
+  ``start_inclusive``/``end_exclusive`` window by interval containment; no
+  omission, of the capture or of the read, touches the required coverage
+  (``omissions_in_required_coverage``; an omission naming none of the
+  required dimensions cannot be ruled out, so it counts); the observation is
+  at most ``max_age`` old at ``at`` (``too_old``; observed at
+  ``source_version.observed_at``, else ``created_at``; an observation after
+  ``at`` is ``observed_after_evaluation``); it is not past its retention
+  deadline (``expired``: retention is not freshness, so both are checked).
+* **The read it rests on.** A read response must belong to exactly this
+  artifact and bytes (``identity_mismatch`` otherwise: a second capture under
+  the same filename is a different artifact); its scan must be complete
+  (``scan_incomplete``); a preview is a selection of what was captured, not a
+  read, so it never satisfies a required re-read (``cached_preview``).
+* **Re-reading** (:func:`reread`): describes the artifact again, re-hashes
+  every byte (``integrity_failure`` if they do not match), and runs the given
+  read now, so nothing cached stands in for it; an artifact that is gone or
+  out of scope is ``unavailable``.
+* **Data only.** The gate reads descriptor fields and the coverage fields of
+  read responses (``artifact_id``, ``content_hash``, ``scan_complete``,
+  ``omissions``); it never looks at records or text, so nothing in retrieved
+  content can change a verdict or act as an instruction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from refvault.errors import Expired, IntegrityError, InvalidArgument, InvalidId, InvalidMetadata, NotFound
+from refvault.model import Descriptor, Scope, format_time, parse_time
+
+if TYPE_CHECKING:
+    from refvault.client import VaultLike
+
+__all__ = ["REASONS", "Reason", "Requirement", "Verdict", "check", "reread"]
+
+WINDOW = ("start_inclusive", "end_exclusive")
+SHOWN = 8  # coverage values named in one message
+
+REASONS = (
+    "wrong_source",
+    "incomplete_capture",
+    "coverage_not_met",
+    "omissions_in_required_coverage",
+    "too_old",
+    "observed_after_evaluation",
+    "expired",
+    "identity_mismatch",
+    "scan_incomplete",
+    "cached_preview",
+    "integrity_failure",
+    "unavailable",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """What a decision needs from its evidence.
+
+    ``source``: the required ``source_version.source_id``. ``coverage``: the
+    dimensions the evidence must cover: each key a string or a list of strings
+    (all of them required), except ``start_inclusive``/``end_exclusive``, a time
+    window (ISO 8601 strings or aware datetimes) the capture's window must
+    contain. ``max_age``: the oldest observation the decision accepts.
+    ``require_complete``: the capture must say ``complete``.
+    """
+
+    source: str
+    coverage: Mapping[str, Any] = field(default_factory=dict)
+    max_age: timedelta = timedelta(hours=1)
+    require_complete: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, str) or not self.source:
+            raise InvalidArgument("Requirement.source must be a non-empty string (a source_version.source_id)")
+        if not isinstance(self.max_age, timedelta) or self.max_age < timedelta(0):
+            raise InvalidArgument("Requirement.max_age must be a non-negative timedelta")
+        if not isinstance(self.coverage, Mapping):
+            raise InvalidArgument("Requirement.coverage must be a mapping of dimension to value(s)")
+        if (WINDOW[0] in self.coverage) != (WINDOW[1] in self.coverage):
+            raise InvalidArgument("Requirement.coverage needs both start_inclusive and end_exclusive, or neither")
+        for key, value in self.coverage.items():
+            if key in WINDOW:
+                _moment(value, f"Requirement.coverage.{key}")
+            elif not _values(value):
+                raise InvalidArgument(f"Requirement.coverage.{key} must be a string or a non-empty list of strings")
+        if WINDOW[0] in self.coverage and _window(self.coverage) is None:
+            raise InvalidArgument("Requirement.coverage: start_inclusive must be before end_exclusive")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "coverage": {key: _jsonable(value) for key, value in self.coverage.items()},
+            "max_age_seconds": self.max_age.total_seconds(),
+            "require_complete": self.require_complete,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """One condition the evidence fails: a code from :data:`REASONS` and a message of metadata only."""
+
+    code: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The gate's answer for one artifact at one moment: satisfied, or every reason it is not."""
+
+    artifact_id: str
+    content_hash: str | None
+    evaluated_at: datetime
+    reasons: tuple[Reason, ...] = ()
+
+    @property
+    def satisfied(self) -> bool:
+        return not self.reasons
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        return tuple(reason.code for reason in self.reasons)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "artifact_id": self.artifact_id,
+            "content_hash": self.content_hash,
+            "evaluated_at": format_time(self.evaluated_at),
+            "satisfied": self.satisfied,
+            "reasons": [reason.to_dict() for reason in self.reasons],
+        }
+
+
+def check(
+    requirement: Requirement, descriptor: Descriptor, *, at: datetime, read: Mapping[str, Any] | None = None
+) -> Verdict:
+    """Judge ``descriptor`` (and the read response ``read`` the decision rests on, if any) at ``at``."""
+    moment = _moment(at, "at")
+    reasons = [*_applicability(requirement, descriptor, moment)]
+    if read is not None:
+        reasons.extend(_read_reasons(requirement, descriptor, read))
+    return Verdict(descriptor.artifact_id, descriptor.content_hash, moment, tuple(reasons))
+
+
+def reread(
+    vault: VaultLike,
+    scope: Scope,
+    artifact_id: str,
+    requirement: Requirement,
+    *,
+    at: datetime,
+    read: Callable[[], Mapping[str, Any]] | None = None,
+) -> Verdict:
+    """Describe, re-hash and (with ``read``) re-read the artifact now, then :func:`check` what came back.
+
+    ``read`` performs the selective read the decision rests on (e.g. a
+    ``refvault.read.query`` of this artifact); it is called after the bytes
+    were verified. Integrity failures and missing or out-of-scope artifacts
+    become reasons, not exceptions; any other error propagates.
+    """
+    moment = _moment(at, "at")
+    shown = artifact_id[:64] if isinstance(artifact_id, str) else "?"
+    try:
+        descriptor = vault.describe(scope, artifact_id)
+    except (NotFound, InvalidId, Expired) as exc:
+        return Verdict(shown, None, moment, (Reason("unavailable", _unavailable(shown, exc)),))
+    try:
+        vault.verify_artifact(scope, descriptor.artifact_id)
+        response = None if read is None else read()
+    except IntegrityError:
+        message = f"artifact {descriptor.artifact_id}: its bytes no longer match {descriptor.content_hash}"
+        reasons = (*_applicability(requirement, descriptor, moment), Reason("integrity_failure", message))
+        return Verdict(descriptor.artifact_id, descriptor.content_hash, moment, reasons)
+    except (NotFound, Expired) as exc:
+        reason = Reason("unavailable", _unavailable(descriptor.artifact_id, exc))
+        return Verdict(descriptor.artifact_id, descriptor.content_hash, moment, (reason,))
+    return check(requirement, descriptor, at=moment, read=response)
+
+
+# -- the conditions --------------------------------------------------------------------------------------------------
+
+
+def _applicability(requirement: Requirement, descriptor: Descriptor, at: datetime) -> Iterable[Reason]:
+    artifact = descriptor.artifact_id
+    source = descriptor.source_version.get("source_id")
+    if source != requirement.source:
+        got = "no source_id" if source is None else f"source {_shown(source)}"
+        yield Reason("wrong_source", f"artifact {artifact} has {got}; the decision needs {requirement.source}")
+    status = str(descriptor.completeness.get("status", "unknown"))
+    if requirement.require_complete and status != "complete":
+        yield Reason("incomplete_capture", f"artifact {artifact} is a {status} capture; the decision needs complete")
+    missing = _uncovered(requirement.coverage, descriptor.completeness.get("coverage"))
+    if missing:
+        yield Reason("coverage_not_met", f"artifact {artifact} does not cover {'; '.join(missing)}")
+    touching = _touching(requirement.coverage, descriptor.completeness.get("omissions", ()))
+    if touching:
+        yield Reason(
+            "omissions_in_required_coverage",
+            f"artifact {artifact} omits part of the required coverage: {'; '.join(touching)}",
+        )
+    observed = _observed(descriptor)
+    if observed > at:
+        yield Reason(
+            "observed_after_evaluation",
+            f"artifact {artifact} was observed at {format_time(observed)}, after the evaluation time {format_time(at)}",
+        )
+    elif at - observed > requirement.max_age:
+        yield Reason(
+            "too_old",
+            f"artifact {artifact} was observed at {format_time(observed)}, {_age(at - observed)} before "
+            f"{format_time(at)}; the decision accepts at most {_age(requirement.max_age)}",
+        )
+    if descriptor.expires_at is not None and descriptor.expires_at <= at:
+        yield Reason("expired", f"artifact {artifact} expired at {format_time(descriptor.expires_at)}")
+
+
+def _read_reasons(requirement: Requirement, descriptor: Descriptor, read: Mapping[str, Any]) -> Iterable[Reason]:
+    artifact = descriptor.artifact_id
+    body = read.get("offloaded", read)
+    if not isinstance(body, Mapping) or "scan_complete" not in body:
+        yield Reason(
+            "cached_preview",
+            f"the read given for artifact {artifact} is a preview or cached summary, not a re-read: "
+            "run the read (query, grep or window) again",
+        )
+        return
+    if body.get("artifact_id") != artifact or body.get("content_hash") != descriptor.content_hash:
+        yield Reason(
+            "identity_mismatch",
+            f"the read given is of artifact {_shown(body.get('artifact_id'))} "
+            f"({_shown(body.get('content_hash'))}), not of artifact {artifact} ({descriptor.content_hash})",
+        )
+    if body.get("scan_complete") is not True:
+        yield Reason(
+            "scan_incomplete",
+            f"the read of artifact {artifact} did not finish scanning: continue it with its cursor",
+        )
+    capture_omissions = list(descriptor.completeness.get("omissions", ()))
+    extra = [o for o in body.get("omissions", ()) or () if o not in capture_omissions]
+    touching = _touching(requirement.coverage, extra)
+    if touching:
+        yield Reason(
+            "omissions_in_required_coverage",
+            f"the read of artifact {artifact} omits part of the required coverage: {'; '.join(touching)}",
+        )
+
+
+# -- coverage ----------------------------------------------------------------------------------------------------------
+
+
+def _uncovered(required: Mapping[str, Any], recorded: object) -> list[str]:
+    """What of ``required`` the capture's recorded coverage does not include, described."""
+    have = recorded if isinstance(recorded, Mapping) else {}
+    missing: list[str] = []
+    for key, value in required.items():
+        if key in WINDOW:
+            continue
+        absent = [v for v in _values(value) if v not in set(_values(have.get(key)))]
+        if absent:
+            missing.append(f"{key} {_listed(absent)}")
+    if WINDOW[0] in required:
+        need = _window(required)
+        window = _window(have)
+        assert need is not None  # validated by Requirement
+        if window is None or not (window[0] <= need[0] and need[1] <= window[1]):
+            missing.append(f"the window {format_time(need[0])} to {format_time(need[1])}")
+    return missing
+
+
+def _touching(required: Mapping[str, Any], omissions: Iterable[object]) -> list[str]:
+    """Descriptions of the omissions that may fall inside the required coverage."""
+    found: list[str] = []
+    for omission in omissions:
+        if not isinstance(omission, Mapping):
+            found.append("an omission without dimensions")
+            continue
+        shared = [key for key in omission if key in required and key not in WINDOW]
+        window = _window(omission) if WINDOW[0] in required else None
+        overlaps = all(set(_values(omission[key])) & set(_values(required[key])) for key in shared)
+        if window is not None:
+            need = _window(required)
+            assert need is not None
+            overlaps = overlaps and window[0] < need[1] and need[0] < window[1]
+        if not shared and window is None:
+            overlaps = True  # it names none of the required dimensions: it cannot be ruled out
+        if overlaps:
+            described = ", ".join(f"{key} {_shown(omission[key])}" for key in list(omission)[:SHOWN])
+            found.append(described or "an omission without dimensions")
+    return found
+
+
+def _values(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    return []
+
+
+def _window(mapping: Mapping[str, Any]) -> tuple[datetime, datetime] | None:
+    try:
+        start, end = (_moment(mapping.get(key), key) for key in WINDOW)
+    except (InvalidArgument, InvalidMetadata):
+        return None
+    return (start, end) if start < end else None
+
+
+def _moment(value: object, name: str) -> datetime:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidArgument(f"{name} must be a timezone-aware datetime (the gate reads no clock)")
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_time(value)
+        except (ValueError, InvalidMetadata):
+            raise InvalidArgument(f"{name} must be an ISO 8601 time with a UTC offset") from None
+    raise InvalidArgument(f"{name} must be a timezone-aware datetime or an ISO 8601 string")
+
+
+def _observed(descriptor: Descriptor) -> datetime:
+    observed = descriptor.source_version.get("observed_at")
+    if isinstance(observed, str):
+        try:
+            return parse_time(observed)
+        except (ValueError, InvalidMetadata):
+            pass
+    return descriptor.created_at
+
+
+# -- wording -----------------------------------------------------------------------------------------------------------
+
+
+def _unavailable(artifact_id: str, exc: Exception) -> str:
+    return f"artifact {artifact_id} cannot be read in this scope ({type(exc).__name__})"
+
+
+def _age(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds % 3600 == 0 and seconds >= 3600:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0 and seconds >= 60:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+def _shown(value: object) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:80] + "…"
+
+
+def _listed(values: list[str]) -> str:
+    shown = ", ".join(_shown(v) for v in values[:SHOWN])
+    return shown + (f" and {len(values) - SHOWN} more" if len(values) > SHOWN else "")
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, datetime):
+        return format_time(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
