@@ -12,9 +12,10 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# The demo needs only refvault itself; tests, checks and benchmarks need the dev extra.
+# The demo needs refvault and the MCP SDK (its screenshot step runs an MCP server behind the gateway);
+# tests, checks and benchmarks need the dev extra.
 $(CORE): pyproject.toml | $(VENV)/bin/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m pip install --quiet -e '.[mcp]'
 	touch $(CORE)
 
 $(STAMP): pyproject.toml | $(VENV)/bin/python

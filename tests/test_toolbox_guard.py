@@ -101,3 +101,41 @@ def test_an_artifact_protected_whole_is_not_hashed_again_on_later_calls(
         assert box.call_sync("size", {"doc": art}, scope=scope).content == "4000"
     assert calls == [art]  # artifacts are immutable: protected once, still found
     assert [f.artifact_id for f in box.guard.scan(_request(secret[500:600]))] == [art]
+
+
+def _image_request(data_url: str) -> dict[str, object]:
+    return {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url}}]}],
+    }
+
+
+def test_images_load_artifacts_loads_pass_the_size_arm_and_nothing_else_does(vault: Vault, scope: Scope) -> None:
+    """An image the model asked for is admitted past the size arm; another payload of that size is still refused."""
+    import base64
+
+    png = b"\x89PNG\r\n\x1a\n" + _secret(200_000, seed=3)
+    art = vault.put(scope, png, media_type="image/png", disclosure="model").artifact_id
+    box = Toolbox(vault)
+    encoded = base64.b64encode(png).decode()
+    url = f"data:image/png;base64,{encoded}"
+    assert [f.arm for f in box.guard.scan(_image_request(url))] == ["size"]  # not loaded yet: refused for its size
+    observation = box.call_sync("load_artifacts", {"artifact_ids": [art]}, scope=scope)
+    assert [part["type"] for part in observation.parts] == ["text", "image"]
+    assert box.guard.scan(_image_request(url)) == []
+    urlsafe = base64.urlsafe_b64encode(png).decode().rstrip("=")
+    assert box.guard.scan(_image_request(f"data:image/png;base64,{urlsafe}")) == []
+    other = base64.b64encode(png[:-1] + b"!").decode()
+    assert [f.arm for f in box.guard.scan(_image_request(f"data:image/png;base64,{other}"))] == ["size"]
+
+
+def test_an_admitted_payload_is_still_scanned_for_protected_content(scope: Scope) -> None:
+    import base64
+
+    guard = LeakGuard()
+    secret = _secret(300_000, seed=5)
+    guard.protect("art_secret", secret)
+    encoded = base64.b64encode(secret).decode()
+    guard.admit(encoded)
+    findings = guard.scan(_image_request(f"data:image/png;base64,{encoded}"))
+    assert [(f.arm, f.artifact_id) for f in findings] == [("content", "art_secret")]

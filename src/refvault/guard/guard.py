@@ -29,6 +29,8 @@ Policy = Literal["raise", "redact"]
 EVENT: Final = "llm.context_leak"
 _LOGGER: Final = logging.getLogger("refvault.guard")
 _BATCH_BYTES: Final = 16 << 20  # protect_many hashes up to this much per kernel call
+_MAX_ADMITTED: Final = 10_000  # payloads admitted past the size arm, most recent kept
+_DATA_URL_HEAD: Final = re.compile(r"data:[^,;]*(?:;[^,;]*)*;base64,", re.IGNORECASE)
 
 
 def marker(artifact_id: str) -> str:
@@ -132,6 +134,7 @@ class LeakGuard:
         self._index = FingerprintIndex(self.params)
         self._lock = threading.Lock()
         self._seen: set[tuple[str, bytes]] = set()  # in the index
+        self._admitted: dict[bytes, None] = {}  # digests of payloads admitted past the size arm (insertion order)
         self._pending: dict[tuple[str, bytes], threading.Event] = {}  # being added by some thread
 
     # -- protecting ------------------------------------------------------------------------------------------------
@@ -205,6 +208,22 @@ class LeakGuard:
         sealed = [d.artifact_id for d in vault.list(scope) if d.disclosure == "sealed"]
         self.protect_many((artifact_id, vault.read_bytes(scope, artifact_id)) for artifact_id in sealed)
         return len(sealed)
+
+    def admit(self, payload: str) -> None:
+        """Let this exact base64 ``payload`` (as a field or in a data URL) past the size arm; the content arm stays.
+
+        For content the model asked for on purpose: the Toolbox admits every
+        image ``load_artifacts`` loads (a model-disclosed artifact, up to its own
+        cap), so a framework that sends it as a data URL is not refused for its
+        size. Matching ignores the base64 alphabet (standard or URL-safe) and
+        padding; the most recent 10,000 payloads are remembered.
+        """
+        digest = _payload_digest(payload)
+        with self._lock:
+            self._admitted.pop(digest, None)
+            self._admitted[digest] = None
+            while len(self._admitted) > _MAX_ADMITTED:
+                del self._admitted[next(iter(self._admitted))]
 
     # -- checking --------------------------------------------------------------------------------------------------
 
@@ -335,9 +354,16 @@ class LeakGuard:
                 findings.extend(
                     Finding(leaf.site, owner, matched, "content") for owner, matched in entry.matched.items()
                 )
-            if leaf.size is not None and leaf.size >= self.size_threshold:
+            if leaf.size is not None and leaf.size >= self.size_threshold and not self._is_admitted(leaf):
                 findings.append(Finding(leaf.site, None, leaf.size, "size"))
         return findings
+
+    def _is_admitted(self, leaf: Leaf) -> bool:
+        if leaf.kind != "data" or not isinstance(leaf.value, str) or not self._admitted:
+            return False
+        digest = _payload_digest(leaf.value)
+        with self._lock:
+            return digest in self._admitted
 
     # -- redaction and events --------------------------------------------------------------------------------------
 
@@ -394,6 +420,14 @@ class LeakGuard:
 
     def __reduce__(self) -> Any:
         raise TypeError("a LeakGuard cannot be pickled")
+
+
+def _payload_digest(payload: str) -> bytes:
+    """A digest of a base64 payload that ignores a data URL's head, the alphabet (URL-safe or not) and padding."""
+    head = _DATA_URL_HEAD.match(payload)
+    body = payload[head.end() :] if head else payload
+    normal = body.rstrip("=").replace("-", "+").replace("_", "/")
+    return hashlib.blake2b(normal.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _checked(artifact_id: str, data: bytes | str) -> bytes:

@@ -517,6 +517,11 @@ class Toolbox:
             )
             return json.dumps({"artifact": _summary(descriptor)}), [descriptor], ()
         if isinstance(result, LoadedContent):
+            guard = self.guard
+            if guard is not None:  # the model asked for these model-disclosed images: not refused for their size
+                for part in result.parts:
+                    if part.get("type") == "image":
+                        guard.admit(part["data"])
             return _ENCODER.encode(result.summary), [], result.parts
         text = _encoded(outcome)
         threshold = prepared.tool.offload_tokens
