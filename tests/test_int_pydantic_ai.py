@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import io
 import json
 import re
 import secrets
-import struct
 import subprocess
 import sys
-import wave
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +35,7 @@ from refvault.errors import ContextLeak, InvalidArgument
 from refvault.guard import LeakGuard
 from refvault.integrations.pydantic_ai import GuardedModel, materialized, toolset
 from refvault.toolbox import ToolEvent
+from tests.media import png_bytes, wav_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACT_ID = re.compile(r"art_[a-z2-7]{26}")
@@ -80,27 +77,6 @@ def prompt_ids(messages: list[ModelMessage]) -> list[str]:
     assert isinstance(first, ModelRequest)
     text = " ".join(str(p.content) for p in first.parts if isinstance(p, UserPromptPart))
     return ARTIFACT_ID.findall(text)
-
-
-def png_bytes(width: int = 4, height: int = 3) -> bytes:
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
-
-    rows = b"".join(
-        b"\x00" + b"".join(bytes((x * 60 % 256, y * 80 % 256, 128)) for x in range(width)) for y in range(height)
-    )
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
-
-
-def wav_bytes(frames: int = 400) -> bytes:
-    out = io.BytesIO()
-    with wave.open(out, "wb") as wav:
-        wav.setnchannels(1)
-        wav.setsampwidth(2)
-        wav.setframerate(8000)
-        wav.writeframes(b"".join(struct.pack("<h", (i * 331) % 20000 - 10000) for i in range(frames)))
-    return out.getvalue()
 
 
 @pytest.fixture
@@ -355,7 +331,7 @@ def test_load_artifacts_images_are_native_content(vault: Vault) -> None:
 
 
 def test_binary_content_returns_are_materialised(vault: Vault) -> None:
-    shot, chart, sound = png_bytes(8, 8), png_bytes(16, 4), wav_bytes()
+    shot, chart, sound = png_bytes(8, 8), png_bytes(16, 4), wav_bytes(400)
     data_url = "data:image/png;base64," + base64.b64encode(chart).decode()
     tools = FunctionToolset[None]()
 

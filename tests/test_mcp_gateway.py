@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.util
 import json
 import os
 import re
@@ -21,7 +20,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
@@ -36,6 +34,7 @@ from refvault import Scope, Vault
 from refvault.integrations.mcp.cli import mcp as mcp_group
 from refvault.integrations.mcp.gateway import Gateway, GatewayOptions, new_tool_call_id
 from refvault.read.previews import estimate_tokens
+from tests.media import load_example
 
 ROOT = Path(__file__).resolve().parents[1]
 UPSTREAM_SCRIPT = ROOT / "examples" / "mcp_upstream.py"
@@ -59,16 +58,7 @@ RUNNER = "import sys; from refvault.integrations.mcp.cli import mcp; mcp(sys.arg
 STARTUP_TIMEOUT = 30.0
 
 
-def _load_upstream() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mcp_upstream_example", UPSTREAM_SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-upstream = _load_upstream()
+upstream = load_example("mcp_upstream.py")
 PNG, WAV, PDF = upstream.png_bytes(), upstream.wav_bytes(), upstream.pdf_bytes()
 
 

@@ -6,8 +6,6 @@ Each test dispatches through ``await box.call`` and/or ``box.call_sync`` on the 
 import base64
 import inspect
 import json
-import struct
-import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +17,7 @@ from refvault.read import records as record_reads
 from refvault.read import windows
 from refvault.toolbox.ref import finish_ref_schemas
 from tests.conftest import Clock
+from tests.media import png_bytes
 from tests.test_offload import dispatch
 from tests.test_toolbox import untitled
 
@@ -49,15 +48,7 @@ def error(observation: Observation) -> str:
 
 
 def png(width: int = 3, height: int = 2) -> bytes:
-    """A valid RGB PNG, built by hand."""
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    rows = (b"\x00" + b"".join(bytes([x * 80 % 256, y * 120 % 256, 200]) for x in range(width)) for y in range(height))
-    raw = b"".join(rows)  # each row: filter byte 0, then RGB pixels
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+    return png_bytes(width, height)
 
 
 def ndjson(rows: list[dict[str, Any]]) -> bytes:
