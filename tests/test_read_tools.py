@@ -552,8 +552,9 @@ def test_load_several_artifacts_in_the_order_given(vault: Vault, scope: Scope, m
     unique = list(dict.fromkeys(ids))
     assert [r["artifact_id"] for r in results] == unique  # deduplicated, in the order given
     by_id = {r["artifact_id"]: r for r in results}
-    assert by_id[picture] == {"artifact_id": picture, "status": "loaded", "kind": "image"}
-    assert by_id[text] == {"artifact_id": text, "status": "loaded", "kind": "text", "complete": True}
+    unknown = {"capture_status": "unknown", "omissions": []}  # captured without saying how complete
+    assert by_id[picture] == {"artifact_id": picture, "status": "loaded", "kind": "image", **unknown}
+    assert by_id[text] == {"artifact_id": text, "status": "loaded", "kind": "text", "complete": True, **unknown}
     assert by_id["not-an-id"]["status"] == "error"
     assert by_id["not-an-id"]["error"] == "InvalidId"
     assert by_id[MISSING_ID]["error"] == "NotFound"
@@ -621,7 +622,13 @@ def test_one_id_failing_unexpectedly_does_not_fail_the_call(
     assert failed["artifact_id"] == text
     assert failed["status"] == "error"
     assert failed["error"] == "RuntimeError"
-    assert loaded == {"artifact_id": picture, "status": "loaded", "kind": "image"}
+    assert loaded == {
+        "artifact_id": picture,
+        "status": "loaded",
+        "kind": "image",
+        "capture_status": "unknown",
+        "omissions": [],
+    }
     assert CANARY not in observation.content + json.dumps(observation.parts, ensure_ascii=False)
     assert [p["type"] for p in observation.parts] == ["text", "text", "image"]
 
@@ -679,3 +686,22 @@ def test_instructions_list_only_loadable_model_artifacts_capped(vault: Vault, sc
     assert listed == [picture, *reversed(visible)][:20]
     assert "+4 more" in text
     assert "'note-22.txt'" in text
+
+
+def test_load_says_what_a_partial_capture_lacks(vault: Vault, scope: Scope) -> None:
+    """A loaded text is what was captured: a partial capture's status and omissions come with it."""
+    box = Toolbox(vault)
+    omission = {"region": "us-east", "reason": "collector partition"}
+    partial = vault.put(
+        scope,
+        b"eu-west only\n",
+        media_type="text/plain",
+        completeness={"status": "partial", "omissions": [omission]},
+    ).artifact_id
+    observation = box.call_sync("load_artifacts", {"artifact_ids": [partial]}, scope=scope)
+    (outcome,) = json.loads(observation.content)["results"]
+    assert outcome["capture_status"] == "partial"
+    assert outcome["omissions"] == [omission]
+    head = observation.parts[0]["text"].splitlines()[0]
+    assert "capture partial" in head
+    assert "collector partition" in head

@@ -12,9 +12,11 @@
     refvault verify                         re-hash every blob; exit 1 on any damage
     refvault gc [--grace S] [--dry-run]     remove expired artifacts and unreferenced bytes
     refvault mcp proxy [--url URL | -- CMD] serve an MCP server through refvault (binary results by reference)
+    refvault mcp serve                      the read tools of a local store over stdio, for MCP hosts
     refvault serve [--host H --port P]      the HTTP API v1 and /mcp (refvault[server]; 127.0.0.1:8765)
     refvault keys create|list|revoke        API keys of the HTTP service (only their SHA-256 is stored)
-    refvault demo                           an end-to-end walk on a throwaway store
+    refvault demo                           investigate an incident end to end (scripted model, real runtime)
+    refvault eval [--seed N] [--trials N]   measure the safety properties; exit 1 on anything release-blocking
 
 Conventions:
 
@@ -905,22 +907,31 @@ def _gc_summary(report: GcReport) -> RenderableType:
 @_json_option
 @click.pass_context
 def demo(ctx: click.Context, as_json: bool) -> None:
-    """Walk through refvault's guarantees on a fresh store, checking each one.
+    """Investigate an incident end to end: a scripted model over the real runtime.
 
     \b
-    1. capture    a file gets a descriptor: opaque id, content hash, scope, ...
-    2. dedup      the same bytes again get a new id, the same content hash,
-                  and are stored once
-    3. isolation  another tenant gets NotFound, exactly as for an id that
-                  never existed
-    4. verify     re-hashing every blob finds nothing wrong
-    5. read back  the bytes read back hash to the content hash
-    6. tamper     one byte flipped on disk is caught: the read is refused,
-                  verify names the artifacts, a fresh capture heals the blob
+    1. capture     a diagnostic tool captures 12,840 eu-west events as an
+                   artifact; the model gets a preview (id, coverage,
+                   omissions), not the records
+    2. absence     severity = critical: 0 matches, scan complete; the
+                   evidence gate allows that bounded conclusion, not a wider one
+    3. pinned      a re-capture under the same filename is a new artifact; a
+                   read by the first id still returns the original bytes
+    4. screenshot  an MCP tool's PNG, through the gateway, reaches the model
+                   as a refvault:// link, never as base64
+    5. runbook     a sealed runbook is summarised by reference and enters no
+                   request; a tool echoing it is stopped by the leak guard
+    6. restart     a partition leaves us-east out: the capture is partial,
+                   the evidence gate refuses the restart, the model defers it
+
+    Only the model's decisions are scripted; the Toolbox, vault, reads, MCP
+    gateway, guard and evidence gate are the real ones. Prints a transcript
+    and an evidence report (--json: the same as one JSON document).
 
     The store is a temporary directory, removed afterwards, unless --store is
-    given. A kept store is never damaged: step 6 runs on the temporary store
-    only. Exits 1 if any check fails.
+    given (kept). Step 4 needs the mcp extra (pip install 'refvault[mcp]')
+    and a source checkout (it runs examples/incident_mcp_server.py). Exits 1
+    if any step's check fails.
     """
     from refvault.demo import run_demo
 
@@ -930,10 +941,12 @@ def demo(ctx: click.Context, as_json: bool) -> None:
 
 
 def _attach_integrations() -> None:
+    from refvault.evaluation import eval_command
     from refvault.integrations.mcp.cli import mcp as mcp_group
     from refvault.server.cli import keys as keys_group
     from refvault.server.cli import serve as serve_command
 
+    main.add_command(eval_command)
     main.add_command(mcp_group)
     main.add_command(serve_command)
     main.add_command(keys_group)

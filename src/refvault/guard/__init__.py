@@ -32,7 +32,7 @@ Protecting is safe: the index holds keyed fingerprints and artifact ids, never b
     messages and ``llm.context_leak`` log records carry sites, ids, sizes and arms only.
 Size arm (the peer's check, kept): tool output, tool-call arguments and data payloads of
     ``size_threshold`` bytes or more are flagged; conversation text is exempt. Tested at the
-    threshold and one byte under. ``admit(payload)`` lets one exact base64 payload past this arm
+    threshold and one byte under. ``exempt_payload(payload)`` lets one exact base64 payload past this arm
     (never past the content arm): the Toolbox admits each image ``load_artifacts`` loads, which the
     model asked for (``tests/test_toolbox_guard.py::test_images_load_artifacts_loads_*``).
 Policies: ``raise`` (default) raises ``ContextLeak``; ``redact`` returns a deep copy with each

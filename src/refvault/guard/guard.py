@@ -209,7 +209,7 @@ class LeakGuard:
         self.protect_many((artifact_id, vault.read_bytes(scope, artifact_id)) for artifact_id in sealed)
         return len(sealed)
 
-    def admit(self, payload: str) -> None:
+    def exempt_payload(self, payload: str) -> None:
         """Let this exact base64 ``payload`` (as a field or in a data URL) past the size arm; the content arm stays.
 
         For content the model asked for on purpose: the Toolbox admits every

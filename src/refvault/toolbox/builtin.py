@@ -29,7 +29,7 @@ from refvault.errors import InvalidArgument, RefvaultError, UnsupportedRead
 from refvault.model import Descriptor, Scope
 from refvault.read import records as record_reads
 from refvault.read import windows
-from refvault.read._access import base_type, is_records, is_text, readable
+from refvault.read._access import base_type, coverage, is_records, is_text, readable
 
 if TYPE_CHECKING:
     from refvault.client import VaultLike
@@ -144,7 +144,11 @@ def _load_one(vault: VaultLike, scope: Scope, artifact_id: str) -> tuple[list[di
 def _load_content(vault: VaultLike, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     descriptor = readable(vault, scope, artifact_id)
     main = base_type(descriptor.media_type)
+    covers = coverage(descriptor)
     head = f"[{descriptor.artifact_id}] {main}, {descriptor.size} bytes"
+    if covers["capture_status"] == "partial" or covers["omissions"]:  # say what the capture itself lacks
+        head += f", capture {covers['capture_status']}, omissions: {_json(covers['omissions'])}"
+    facts = {"capture_status": covers["capture_status"], "omissions": covers["omissions"]}
     if main in IMAGE_TYPES:
         if descriptor.size > LOAD_IMAGE_BYTES:
             raise UnsupportedRead(
@@ -153,12 +157,12 @@ def _load_content(vault: VaultLike, scope: Scope, artifact_id: str) -> tuple[lis
             )
         data = base64.b64encode(vault.read_bytes(scope, artifact_id)).decode("ascii")
         parts = [{"type": "text", "text": head}, {"type": "image", "media_type": main, "data": data}]
-        return parts, {"artifact_id": descriptor.artifact_id, "status": "loaded", "kind": "image"}
+        return parts, {"artifact_id": descriptor.artifact_id, "status": "loaded", "kind": "image", **facts}
     if is_text(descriptor.media_type):
         shown = windows.window(vault, scope, artifact_id, max_chars=LOAD_TEXT_CHARS)
         note = "" if shown["next"] is None else f"; truncated, continue with read_artifact {shown['next']}"
         text = f"{head}, {shown['unit']} {shown['start']}-{shown['end']} of {shown['total']}{note}\n{shown['text']}"
-        outcome: dict[str, Any] = {"artifact_id": descriptor.artifact_id, "status": "loaded", "kind": "text"}
+        outcome: dict[str, Any] = {"artifact_id": descriptor.artifact_id, "status": "loaded", "kind": "text", **facts}
         outcome["complete"] = shown["next"] is None
         return [{"type": "text", "text": text}], outcome
     if is_records(descriptor.media_type):

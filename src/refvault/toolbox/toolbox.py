@@ -521,7 +521,7 @@ class Toolbox:
             if guard is not None:  # the model asked for these model-disclosed images: not refused for their size
                 for part in result.parts:
                     if part.get("type") == "image":
-                        guard.admit(part["data"])
+                        guard.exempt_payload(part["data"])
             return _ENCODER.encode(result.summary), [], result.parts
         text = _encoded(outcome)
         threshold = prepared.tool.offload_tokens

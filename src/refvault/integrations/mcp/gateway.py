@@ -99,7 +99,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal, TextIO
 from urllib.parse import urlsplit
 
 import anyio
@@ -107,7 +107,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import mcp.types as types
 from mcp.client.client import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
@@ -182,6 +182,7 @@ class Upstream:
     env: Mapping[str, str] | None = None  # stdio only: variables set over the SDK's safe default subset
     cwd: str | None = None
     inherit_env: bool = False  # stdio only: pass this process's whole environment
+    errlog: TextIO | None = None  # stdio only: the command's stderr (None: this process's stderr when connecting)
 
     def __post_init__(self) -> None:
         if bool(self.command) == (self.url is not None):
@@ -203,7 +204,9 @@ class Upstream:
         parameters = StdioServerParameters(
             command=self.command[0], args=list(self.command[1:]), env=self.environment(), cwd=self.cwd
         )
-        return Client(parameters, cache=None)
+        # The SDK's own default stderr is sys.stderr as it was when the SDK was imported: name it at connect time.
+        errlog = self.errlog if self.errlog is not None else sys.stderr
+        return Client(stdio_client(parameters, errlog=errlog), cache=None)
 
     def environment(self) -> dict[str, str] | None:
         """What ``StdioServerParameters.env`` gets: merged by the SDK over its safe default subset."""

@@ -1,0 +1,85 @@
+"""``refvault eval``: the click command. Importing this module loads click only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+__all__ = ["eval_command"]
+
+_STORE_KEY = "refvault.store"  # where refvault.cli's group-level --store is recorded (ctx.meta)
+
+
+def _remember_store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    if value is not None:
+        ctx.meta[_STORE_KEY] = value
+    return value
+
+
+@click.command("eval")
+@click.option("--seed", type=int, default=None, help="Seed of the generated data and attempts (default: 20261106).")
+@click.option(
+    "--trials",
+    type=click.IntRange(1, 100),
+    default=None,
+    metavar="N",
+    help="Run the whole battery N times, each on fresh seeded data (default: 2).",
+)
+@click.option(
+    "--store",
+    type=click.Path(file_okay=False, dir_okay=True, path_type=str),
+    default=None,
+    metavar="PATH",
+    expose_value=False,
+    callback=_remember_store,
+    help="Embedded store to run in (created if missing, kept). Default: a fresh temporary store, removed after.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
+@click.pass_context
+def eval_command(ctx: click.Context, seed: int | None, trials: int | None, as_json: bool) -> None:
+    """Measure the safety properties against this build and print the counts.
+
+    \b
+    identity substitution   second captures, swapped reads, replayed cursors,
+                            damaged bytes: each must be detected
+    unauthorised disclosure cross-scope reads, sealed reads through model tools,
+                            forged cursors, leaks at the LLM edge, foreign Refs:
+                            each must be blocked, and no planted canary may reach
+                            an observation, error, event, audit or log record or
+                            a model request
+    false absence           "no matches" may only be concluded from a complete scan
+                            of a capture without omissions
+    omissions reported      every response about a partial capture carries them
+    evidence gate           unfit evidence must be refused; nothing unfit committed
+
+    Also reported, never asserted: latency per read, tokens returned per read,
+    records scanned per query, bytes retained. Runs offline on the embedded
+    default; $REFVAULT_STORE is not used (the eval plants canaries and damages
+    blobs, then restores them). Exits 1 on any disclosure, unsupported
+    required-evidence commit or false absence conclusion; else 0.
+    """
+    from refvault.cli import BadInput, CliError, make_console
+    from refvault.errors import InvalidArgument, RefvaultError
+    from refvault.evaluation.run import DEFAULT_SEED, DEFAULT_TRIALS, run_eval
+
+    store: str | None = ctx.meta.get(_STORE_KEY)
+    try:
+        report = run_eval(
+            seed=DEFAULT_SEED if seed is None else seed,
+            store=store,
+            trials=DEFAULT_TRIALS if trials is None else trials,
+        )
+    except InvalidArgument as exc:
+        raise BadInput(str(exc), type(exc).__name__) from None
+    except RefvaultError as exc:
+        raise CliError(str(exc), type(exc).__name__) from None
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        console = make_console(soft_wrap=True)
+        for renderable in report.renderables():
+            console.print(renderable)
+    if report.exit_code:
+        ctx.exit(report.exit_code)
