@@ -1060,3 +1060,23 @@ def test_a_cycle_in_arguments_is_refused() -> None:
     frame = DispatchFrame(Vault.open("memory://"), SCOPE, None)
     with pytest.raises(ValueError, match="cycle"):
         bind_refs(Loop.model_construct(items=cyclic), frame)
+
+
+def test_call_sync_runs_an_async_tool_inside_a_running_loop(vault: Vault, scope: Scope) -> None:
+    """From a thread that already runs an event loop (a notebook), call_sync still runs an async tool, Refs
+    resolved, instead of failing after it recorded the start."""
+
+    box = Toolbox(vault)
+    art = vault.put(scope, b"one two three", media_type="text/plain").artifact_id
+
+    @box.tool
+    async def words(doc: Ref) -> int:
+        await asyncio.sleep(0)
+        return len(doc.text().split())
+
+    async def inside() -> Observation:
+        return box.call_sync("words", {"doc": art}, scope=scope, run_id="r1")
+
+    observation = asyncio.run(inside())
+    assert (observation.is_error, observation.content) == (False, "3")
+    assert [event.kind for event in box.trajectory("r1")] == ["tool_started", "tool_finished"]

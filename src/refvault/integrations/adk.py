@@ -57,6 +57,11 @@ Invariants, and the test that shows each:
   ``test_guard_checks_the_system_instruction_of_requests_with_an_output_schema``). The leaking tool
   result is already in the session's events by then: the guard keeps it from the model, not from
   the session store.
+* **ADK's own loaders are guarded too.** ``LoadArtifactsTool`` and ``{artifact.name}`` instruction
+  templates put a loaded version into the request whatever its disclosure; a service made with
+  ``guard=`` teaches that guard every sealed version it saves or loads, so :func:`guard_callback`
+  stops such a request (``test_adk_loaders_cannot_put_a_sealed_version_in_front_of_the_model`` in
+  ``tests/test_int_review.py``).
 
 Cost: a lookup by filename lists the artifacts of one scope (``vault.list``) and keeps those of the
 filename, so each call is O(artifacts in that session, or in that user's ``user:`` store), never
@@ -286,6 +291,14 @@ class RefvaultArtifactService(BaseArtifactService):
     (``refvault:///path/to/store``, ``refvault://`` for the default store), as ADK's
     ``services.yaml`` does. Each version is captured with ``disclosure`` (default ``"model"``,
     so refvault's read tools may show it; ``"sealed"`` keeps it reference-only).
+
+    ADK's own loaders put a loaded version into the model request (``LoadArtifactsTool``, an
+    ``{artifact.name}`` instruction template), whatever its disclosure. So a sealed service requires
+    ``guard`` (a :class:`~refvault.guard.LeakGuard`, or a Toolbox for its ``box.guard``; without one it
+    is refused with :class:`~refvault.errors.InvalidArgument`):
+    it learns the bytes of every sealed version this service saves or loads, and
+    :func:`guard_callback` with the same guard stops the request that carries one
+    (``test_adk_loaders_cannot_put_a_sealed_version_in_front_of_the_model``).
     """
 
     def __init__(
@@ -294,16 +307,33 @@ class RefvaultArtifactService(BaseArtifactService):
         *,
         uri: str | None = None,
         disclosure: Literal["model", "sealed"] = "model",
+        guard: Any = None,
         agents_dir: str | None = None,
     ) -> None:
         """``agents_dir`` is accepted (ADK's registry passes it) and unused: a relative store path is cwd-relative."""
+        from refvault.toolbox.toolbox import Toolbox
+
         if (vault is None) == (uri is None):
             raise InvalidArgument("give either a vault or a uri ('refvault:///path/to/store')")
         if disclosure not in ("model", "sealed"):
             raise InvalidMetadata("disclosure must be 'model' or 'sealed'")
+        checker = guard.guard if isinstance(guard, Toolbox) else guard
+        if guard is not None and not callable(getattr(checker, "protect", None)):
+            raise InvalidArgument("guard must be a LeakGuard (or a Toolbox whose guard is enabled)")
+        if disclosure == "sealed" and checker is None:
+            raise InvalidArgument(
+                "a sealed artifact service needs guard= (a LeakGuard, or the Toolbox whose guard the agent's "
+                "guard_callback uses): ADK's own loaders put loaded versions into model requests"
+            )
         self._owned = vault is None
         self.vault: VaultLike = vault if vault is not None else _open_uri(cast(str, uri))
         self.disclosure: Literal["model", "sealed"] = disclosure
+        self.guard: Any = checker
+
+    def _protect(self, descriptor: Descriptor, payload: bytes) -> None:
+        """Teach the guard a sealed version's bytes (before ADK can put them into a model request)."""
+        if self.guard is not None and descriptor.disclosure == "sealed":
+            self.guard.protect(descriptor.artifact_id, payload)
 
     def close(self) -> None:
         """Close the vault if this service opened it (from a URI)."""
@@ -384,7 +414,7 @@ class RefvaultArtifactService(BaseArtifactService):
                 }
             }
             try:
-                self.vault.put(
+                saved = self.vault.put(
                     place.scope,
                     encoded.payload,
                     media_type=encoded.media_type,
@@ -397,6 +427,7 @@ class RefvaultArtifactService(BaseArtifactService):
             except IdempotencyConflict:
                 version += 1  # another saver took this version first
                 continue
+            self._protect(saved, encoded.payload)
             return version
         raise IdempotencyConflict("could not allocate an artifact version: too many concurrent savers")
 
@@ -421,7 +452,9 @@ class RefvaultArtifactService(BaseArtifactService):
         if chosen is None:
             return None
         _, descriptor, meta = chosen
-        part = _decode(meta, self.vault.read_bytes(place.scope, descriptor.artifact_id))
+        payload = self.vault.read_bytes(place.scope, descriptor.artifact_id)
+        self._protect(descriptor, payload)
+        part = _decode(meta, payload)
         if artifact_util.is_artifact_ref(part):
             target = artifact_util.resolve_artifact_reference(
                 file_uri=cast(types.FileData, part.file_data).file_uri or "",

@@ -54,6 +54,16 @@ guard is :class:`refvault.guard.LeakGuard`. Invariants, each with the test in
   before the handlers that run concurrently (tracers) see the request
   (``test_async_check_runs_before_other_handlers_see_the_request``).
 
+* **Sync and async paths.** Each tool has both; the sync one works inside a running event loop too
+  (a notebook: ``Toolbox.call_sync`` then runs an async tool in a worker thread)
+  (``test_langchain_sync_invoke_inside_a_running_loop`` in ``tests/test_int_review.py``).
+
+Attach the callback after ``bind_tools``: ``model.with_config(callbacks=[...]).bind_tools(...)``
+silently drops it (LangChain's ``bind_tools`` binds the underlying model afresh), while
+``model.bind_tools(...).with_config(callbacks=[...])``, ``config={"callbacks": [...]}`` per call
+and the model's own ``callbacks=`` field all keep it
+(``test_langchain_guard_survives_how_it_is_attached`` in ``tests/test_int_review.py``).
+
 Identity: ``tool_call_id`` is the id of the ``ToolCall`` the tool was invoked
 with; ``run_id`` is the LangChain run id of the tool call (pass
 ``config={"run_id": ...}`` to choose it) (``test_tool_call_and_run_ids_reach_the_toolbox``).

@@ -18,10 +18,12 @@ Invariants, and the test in ``tests/test_int_pydantic_ai.py`` that shows each:
 * **The Toolbox decides.** :func:`toolset` exposes each Toolbox tool with the
   Toolbox's own JSON schema (a ``Ref`` is a string) and dispatches every call
   through :meth:`Toolbox.call <refvault.toolbox.Toolbox.call>` with the run's
-  ``run_id`` and the call's ``tool_call_id``. Pydantic AI only parses the JSON;
+  ``run_id`` and the call's ``tool_call_id``. Pydantic AI only parses the JSON
+  into an object (anything else, ``null`` included, gets its retry prompt);
   the Toolbox validates the arguments, resolves Refs, offloads and captures
   (``test_toolset_exposes_the_toolbox_schemas``, ``test_the_toolbox_validates_the_arguments``,
-  ``test_ref_argument_reaches_the_tool_not_the_model``, ``test_oversized_result_is_offloaded_and_read_back``).
+  ``test_ref_argument_reaches_the_tool_not_the_model``, ``test_oversized_result_is_offloaded_and_read_back``;
+  ``test_empty_and_malformed_arguments`` in ``tests/test_int_review.py``).
 * **The model sees ``Observation.content``.** An error observation becomes
   Pydantic AI's ``ToolFailed``: a failed tool return showing the text, no retry
   budget spent, so the model can recover (``test_bad_and_foreign_ids_are_recoverable_errors``).
@@ -93,8 +95,9 @@ if TYPE_CHECKING:
 
 __all__ = ["GuardedModel", "MaterializedToolset", "RefvaultToolset", "materialized", "toolset"]
 
-# Pydantic AI only parses the arguments' JSON; the Toolbox validates them.
-_ANY = SchemaValidator(core_schema.any_schema())
+# Pydantic AI only parses the arguments' JSON into an object; the Toolbox validates them. (Any JSON at all would
+# let ``null`` through as ``None``, which Pydantic AI's tool manager asserts against, ending the run.)
+_OBJECT = SchemaValidator(core_schema.dict_schema(core_schema.str_schema(), core_schema.any_schema()))
 
 
 # -- the Toolbox as a toolset ---------------------------------------------------------------------------------------
@@ -143,7 +146,7 @@ class RefvaultToolset(AbstractToolset[Any]):
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         # max_retries bounds only unparseable JSON: the Toolbox's own refusals are failed returns, not retries.
         return {
-            definition.name: ToolsetTool(toolset=self, tool_def=definition, max_retries=1, args_validator=_ANY)
+            definition.name: ToolsetTool(toolset=self, tool_def=definition, max_retries=1, args_validator=_OBJECT)
             for definition in self._definitions
         }
 

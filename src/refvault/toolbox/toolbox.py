@@ -26,6 +26,7 @@ Invariants (tested in ``tests/test_toolbox.py``):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import inspect
 import json
@@ -34,7 +35,8 @@ import threading
 import time
 import typing
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -401,8 +403,9 @@ class Toolbox:
         run_id: str | None = None,
         tool_call_id: str | None = None,
     ) -> Observation:
-        """:meth:`call` for synchronous callers (an async tool runs in a private event loop, so
-        ``call_sync`` must not be used from inside a running loop)."""
+        """:meth:`call` for synchronous callers. An async tool runs in a private event loop: in this
+        thread, or (when this thread already runs an event loop, as in a notebook) in a worker thread
+        that carries this thread's context."""
         prepared = self._prepare(name, arguments, scope, run_id, tool_call_id)
         if isinstance(prepared, Observation):
             return prepared
@@ -410,11 +413,12 @@ class Toolbox:
         leave = enter_frame(prepared.frame)
         try:
             if prepared.tool.is_async:
-                outcome = asyncio.run(_invoke_async(prepared.tool.function, prepared.kwargs))
+                outcome = _run_private(lambda: _invoke_async(prepared.tool.function, prepared.kwargs))
             else:
                 outcome = _invoke_sync(prepared.tool.function, prepared.kwargs)
             if outcome.awaitable is not None:
-                outcome = asyncio.run(_invoke_async(lambda: outcome.awaitable, {}))
+                pending = outcome.awaitable
+                outcome = _run_private(lambda: _invoke_async(lambda: pending, {}))
         finally:
             leave()
         return self._conclude(prepared, outcome)
@@ -543,6 +547,17 @@ class Toolbox:
             source=prepared.tool.name,
         )
         return content, captured, ()
+
+
+def _run_private(work: Callable[[], Coroutine[Any, Any, _Outcome]]) -> _Outcome:
+    """``asyncio.run(work())``; in a worker thread, in this thread's context, if this thread runs a loop already."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(work())
+    context = contextvars.copy_context()  # the dispatch frame lives in a context variable
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(context.run, lambda: asyncio.run(work())).result()
 
 
 def _encoded(outcome: _Outcome) -> str:
