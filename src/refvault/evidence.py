@@ -32,32 +32,42 @@ state only. Invariants (tested in ``tests/test_evidence.py``):
   ``start_inclusive``/``end_exclusive`` window by interval containment; no
   omission, of the capture or of the read, touches the required coverage
   (``omissions_in_required_coverage``; an omission naming none of the
-  required dimensions cannot be ruled out, so it counts); the observation is
-  at most ``max_age`` old at ``at`` (``too_old``; observed at
-  ``source_version.observed_at``, else ``created_at``; an observation after
-  ``at`` is ``observed_after_evaluation``); it is not past its retention
-  deadline (``expired``: retention is not freshness, so both are checked).
+  required dimensions, or naming one by a value that is not a string or a
+  list of strings, cannot be ruled out, so it counts; names are compared
+  without regard to case or surrounding space); the observation is at most
+  ``max_age`` old at ``at`` (``too_old``; observed at
+  ``source_version.observed_at``, else, when that is not stated,
+  ``created_at``; one stated but unreadable, e.g. without a UTC offset, has no
+  establishable age and is ``too_old`` too; an observation after ``at`` is
+  ``observed_after_evaluation``); it is not past its retention deadline
+  (``expired``: retention is not freshness, so both are checked).
 * **The read it rests on.** A read response must belong to exactly this
   artifact and bytes (``identity_mismatch`` otherwise: a second capture under
   the same filename is a different artifact); its scan must be complete
-  (``scan_incomplete``); a preview is a selection of what was captured, not a
-  read, so it never satisfies a required re-read (``cached_preview``).
+  (``scan_incomplete``); what a finished read did not examine (outside its
+  ``record_range``, before the cursor or ``from_line`` it continued from) is
+  an omission of the read; a preview (or a window, which scans nothing) is a
+  selection of what was captured, not a read, so it never satisfies a
+  required re-read (``cached_preview``).
 * **Re-reading** (:func:`reread`): describes the artifact again, re-hashes
   every byte (``integrity_failure`` if they do not match), and runs the given
   read now, so nothing cached stands in for it; an artifact that is gone or
   out of scope is ``unavailable``.
 * **Data only.** The gate reads descriptor fields and the coverage fields of
   read responses (``artifact_id``, ``content_hash``, ``scan_complete``,
-  ``omissions``); it never looks at records or text, so nothing in retrieved
-  content can change a verdict or act as an instruction.
+  ``omissions``, the scanned and total counts, ``has_more``, the selection's
+  ``record_range``); it never looks at records or text, so nothing in
+  retrieved content can change a verdict or act as an instruction. A read
+  given to :func:`check` is taken as the caller's own read result: only
+  :func:`reread` runs the read itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from refvault.errors import Expired, IntegrityError, InvalidArgument, InvalidId, InvalidMetadata, NotFound
 from refvault.model import Descriptor, Scope, format_time, parse_time
@@ -222,20 +232,28 @@ def _applicability(requirement: Requirement, descriptor: Descriptor, at: datetim
     if source != requirement.source:
         got = "no source_id" if source is None else f"source {_shown(source)}"
         yield Reason("wrong_source", f"artifact {artifact} has {got}; the decision needs {requirement.source}")
-    status = str(descriptor.completeness.get("status", "unknown"))
+    status = descriptor.completeness.get("status", "unknown")
     if requirement.require_complete and status != "complete":
-        yield Reason("incomplete_capture", f"artifact {artifact} is a {status} capture; the decision needs complete")
+        yield Reason(
+            "incomplete_capture", f"artifact {artifact} is a {_shown(status)} capture; the decision needs complete"
+        )
     missing = _uncovered(requirement.coverage, descriptor.completeness.get("coverage"))
     if missing:
         yield Reason("coverage_not_met", f"artifact {artifact} does not cover {'; '.join(missing)}")
-    touching = _touching(requirement.coverage, descriptor.completeness.get("omissions", ()))
+    touching = _touching(requirement.coverage, _entries(descriptor.completeness.get("omissions")))
     if touching:
         yield Reason(
             "omissions_in_required_coverage",
             f"artifact {artifact} omits part of the required coverage: {'; '.join(touching)}",
         )
     observed = _observed(descriptor)
-    if observed > at:
+    if observed is None:
+        yield Reason(
+            "too_old",
+            f"artifact {artifact} has a source_version.observed_at that is not a time with a UTC offset, so its "
+            f"age at {format_time(at)} cannot be established; the decision accepts at most {_age(requirement.max_age)}",
+        )
+    elif observed > at:
         yield Reason(
             "observed_after_evaluation",
             f"artifact {artifact} was observed at {format_time(observed)}, after the evaluation time {format_time(at)}",
@@ -252,12 +270,12 @@ def _applicability(requirement: Requirement, descriptor: Descriptor, at: datetim
 
 def _read_reasons(requirement: Requirement, descriptor: Descriptor, read: Mapping[str, Any]) -> Iterable[Reason]:
     artifact = descriptor.artifact_id
-    body = read.get("offloaded", read)
+    body = read.get("offloaded", read) if isinstance(read, Mapping) else read
     if not isinstance(body, Mapping) or "scan_complete" not in body:
         yield Reason(
             "cached_preview",
-            f"the read given for artifact {artifact} is a preview or cached summary, not a re-read: "
-            "run the read (query, grep or window) again",
+            f"the read given for artifact {artifact} is a preview, a cached summary or a window, not a scan of "
+            "the capture: run a query or grep of it again",
         )
         return
     if body.get("artifact_id") != artifact or body.get("content_hash") != descriptor.content_hash:
@@ -271,9 +289,12 @@ def _read_reasons(requirement: Requirement, descriptor: Descriptor, read: Mappin
             "scan_incomplete",
             f"the read of artifact {artifact} did not finish scanning: continue it with its cursor",
         )
-    capture_omissions = list(descriptor.completeness.get("omissions", ()))
-    extra = [o for o in body.get("omissions", ()) or () if o not in capture_omissions]
+    capture_omissions = _entries(descriptor.completeness.get("omissions"))
+    extra = [o for o in _entries(body.get("omissions")) if o not in capture_omissions]
     touching = _touching(requirement.coverage, extra)
+    unexamined = _unexamined(body)
+    if unexamined is not None:
+        touching.append(unexamined)  # names none of the required dimensions: it cannot be ruled out
     if touching:
         yield Reason(
             "omissions_in_required_coverage",
@@ -312,7 +333,7 @@ def _touching(required: Mapping[str, Any], omissions: Iterable[object]) -> list[
             continue
         shared = [key for key in omission if key in required and key not in WINDOW]
         window = _window(omission) if WINDOW[0] in required else None
-        overlaps = all(set(_values(omission[key])) & set(_values(required[key])) for key in shared)
+        overlaps = all(_may_overlap(omission[key], required[key]) for key in shared)
         if window is not None:
             need = _window(required)
             assert need is not None
@@ -323,6 +344,55 @@ def _touching(required: Mapping[str, Any], omissions: Iterable[object]) -> list[
             described = ", ".join(f"{key} {_shown(omission[key])}" for key in list(omission)[:SHOWN])
             found.append(described or "an omission without dimensions")
     return found
+
+
+def _may_overlap(omitted: object, required: object) -> bool:
+    """Whether an omission's value of a dimension may name a required value: unreadable values may (they
+    cannot be ruled out), and names are compared without regard to case or surrounding space."""
+    named = _values(omitted)
+    return not named or bool({_folded(v) for v in named} & {_folded(v) for v in _values(required)})
+
+
+def _folded(value: str) -> str:
+    return " ".join(value.split()).casefold()
+
+
+def _entries(omissions: object) -> list[object]:
+    """A capture's or a read's ``omissions`` as a list: a list as it is, nothing as none, anything else as one."""
+    if isinstance(omissions, list | tuple):
+        return list(omissions)
+    return [omissions] if omissions else []
+
+
+def _unexamined(body: Mapping[str, Any]) -> str | None:
+    """How much of the capture a read did not examine: a ``record_range`` narrower than the capture, or a read
+    that ended (no more pages) having examined fewer records or lines than the capture holds (it continued from
+    a cursor or a ``from_line``). None when it examined everything, or does not say."""
+    for unit, scanned_key, total_key in (
+        ("records", "scanned_records", "total_records"),
+        ("lines", "scanned_lines", "total_lines"),
+    ):
+        scanned, total = body.get(scanned_key), body.get(total_key)
+        if not (_count(scanned) and _count(total)):
+            continue
+        selection = body.get("selection")
+        span = selection.get("record_range") if isinstance(selection, Mapping) else None
+        narrowed = (
+            isinstance(span, list | tuple)
+            and len(span) == 2
+            and all(_count(v) for v in span)
+            and (span[0] > 0 or span[1] < total)
+        )
+        if narrowed or (body.get("has_more") is not True and scanned < total):
+            return (
+                f"only {scanned:,} of {total:,} {unit} were examined by this read (a record range, a page "
+                "continued from a cursor, or a from_line)"
+            )
+    return None
+
+
+def _count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _values(value: object) -> list[str]:
@@ -343,25 +413,30 @@ def _window(mapping: Mapping[str, Any]) -> tuple[datetime, datetime] | None:
 
 def _moment(value: object, name: str) -> datetime:
     if isinstance(value, datetime):
-        if value.tzinfo is None:
+        if value.tzinfo is None or value.utcoffset() is None:
             raise InvalidArgument(f"{name} must be a timezone-aware datetime (the gate reads no clock)")
-        return value
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:
+            raise InvalidArgument(f"{name} is out of range once converted to UTC") from None
     if isinstance(value, str):
         try:
             return parse_time(value)
-        except (ValueError, InvalidMetadata):
+        except (ValueError, OverflowError, InvalidMetadata):
             raise InvalidArgument(f"{name} must be an ISO 8601 time with a UTC offset") from None
     raise InvalidArgument(f"{name} must be a timezone-aware datetime or an ISO 8601 string")
 
 
-def _observed(descriptor: Descriptor) -> datetime:
+def _observed(descriptor: Descriptor) -> datetime | None:
+    """``source_version.observed_at``; ``created_at`` when it is not stated; None when stated but unreadable
+    (a naive time, garbage): then the observation's age cannot be established."""
     observed = descriptor.source_version.get("observed_at")
-    if isinstance(observed, str):
-        try:
-            return parse_time(observed)
-        except (ValueError, InvalidMetadata):
-            pass
-    return descriptor.created_at
+    if observed is None:
+        return descriptor.created_at
+    try:
+        return _moment(observed, "source_version.observed_at")
+    except InvalidArgument:
+        return None
 
 
 # -- wording -----------------------------------------------------------------------------------------------------------

@@ -183,7 +183,8 @@ def _view(record: CallRecord) -> str:
         capture, source, shown = value["capture"], value["source_version"], value["preview"]
         omissions = _omissions(capture.get("omissions", []))
         return (
-            f"{value['artifact_id']} · snapshot {source.get('snapshot_id')} observed {source.get('observed_at')} · "
+            f"{value['artifact_id']} · source {source.get('source_id')} snapshot {source.get('snapshot_id')} "
+            f"observed {source.get('observed_at')} · "
             f"capture {capture.get('status')}, {capture.get('records', 0):,} records · coverage "
             f"{_coverage(capture.get('coverage', {}))} · omissions: {omissions} · preview covers "
             f"{shown.get('covers')} · read more: query_artifact {size}"
@@ -259,10 +260,10 @@ def _print_evidence(console: Console, found: Investigation) -> None:
         )
         _line(console, "", descriptor.content_hash, "")
         details = []
+        if source.get("source_id"):
+            details.append(f"source {source['source_id']}")
         if source.get("snapshot_id"):
             details.append(f"snapshot {source['snapshot_id']} observed {source.get('observed_at')}")
-        elif source.get("source_id"):
-            details.append(f"source {source['source_id']}")
         details.append(f"capture {completeness.get('status')}")
         if "records" in completeness:
             details.append(f"{completeness['records']:,} records")

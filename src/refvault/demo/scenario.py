@@ -531,9 +531,23 @@ async def _step_pinned(ctx: _Context, step: Step) -> Check:
     original = [json.loads(line) for line in ctx.vault.read_bytes(SCOPE, first.artifact_id).splitlines()[:3]]
     pinned_rows = [{key: row[key] for key in ("event_id", "ts", "severity")} for row in original]
     mismatch = check(ABSENCE, first, at=CONCLUDED_AT, read=new)
-    pinned = check(ABSENCE, first, at=CONCLUDED_AT, read=old)
+    # The model's pinned read covers 3 records: it shows the id still names the first bytes, but the step-2
+    # conclusion is judged again on a full re-read (re-hashed, every record scanned) of the first id.
+    pinned = reread(
+        ctx.vault,
+        SCOPE,
+        first.artifact_id,
+        ABSENCE,
+        at=CONCLUDED_AT,
+        read=lambda: records.query(ctx.vault, SCOPE, first.artifact_id, where=CRITICAL),
+    )
     ctx.found.conclusions.append(
-        Conclusion(f"reads by {first.artifact_id} still return snapshot …043950's bytes", 3, pinned.to_dict())
+        Conclusion(
+            f"after the re-export, {first.artifact_id} still holds snapshot …043950's bytes and the step-2 "
+            "conclusion (re-hashed, re-read in full)",
+            3,
+            pinned.to_dict(),
+        )
     )
     ctx.found.conclusions.append(
         Conclusion(
@@ -640,9 +654,11 @@ async def _step_screenshot(ctx: _Context, step: Step) -> Check:
         and not facts["requests_with_base64"]
         and not facts["requests_with_png_base64_head"]
     )
+    carrying = len(set(facts["requests_with_base64"]) | set(facts["requests_with_png_base64_head"]))
+    where = "none" if not carrying else f"{carrying} ({len(images)} image blocks shown)"
     detail = (
         f"the MCP tool's PNG ({descriptor.size:,} bytes) was stored as {artifact_id} ({descriptor.disclosure}); "
-        f"the model saw a refvault:// resource_link; its {len(encoded):,} base64 characters are in none of the "
+        f"the model saw a refvault:// resource_link; its {len(encoded):,} base64 characters are in {where} of the "
         "requests the model saw"
     )
     return Check(ok, detail, facts)

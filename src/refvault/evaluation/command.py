@@ -60,8 +60,8 @@ def eval_command(ctx: click.Context, seed: int | None, trials: int | None, as_js
     blobs, then restores them). Exits 1 on any disclosure, unsupported
     required-evidence commit or false absence conclusion; else 0.
     """
-    from refvault.cli import BadInput, CliError, make_console
-    from refvault.errors import InvalidArgument, RefvaultError
+    from refvault.cli import _cli_error, make_console
+    from refvault.errors import RefvaultError
     from refvault.evaluation.run import DEFAULT_SEED, DEFAULT_TRIALS, run_eval
 
     store: str | None = ctx.meta.get(_STORE_KEY)
@@ -71,10 +71,8 @@ def eval_command(ctx: click.Context, seed: int | None, trials: int | None, as_js
             store=store,
             trials=DEFAULT_TRIALS if trials is None else trials,
         )
-    except InvalidArgument as exc:
-        raise BadInput(str(exc), type(exc).__name__) from None
-    except RefvaultError as exc:
-        raise CliError(str(exc), type(exc).__name__) from None
+    except RefvaultError as exc:  # bad input exits 2, anything else 1; the store is named, errno noise dropped
+        raise _cli_error(exc, f"cannot run the eval on store {store}: " if store else "") from None
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
