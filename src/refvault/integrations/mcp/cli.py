@@ -57,7 +57,7 @@ def _remember_store(ctx: click.Context, param: click.Parameter, value: Any) -> A
 
 @click.group(name="mcp", context_settings={"help_option_names": ["-h", "--help"]})
 def mcp() -> None:
-    """Model Context Protocol: run MCP servers behind refvault."""
+    """Model Context Protocol: serve refvault's read tools, or run MCP servers behind refvault."""
 
 
 def _scope_option(part: str) -> Callable[[F], F]:
