@@ -62,6 +62,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import click
 
 from refvault import __version__
+from refvault._store_option import STORE_KEY, store_option
 from refvault.errors import InvalidArgument, RefvaultError
 from refvault.ids import check_artifact_id
 from refvault.model import Descriptor, Scope, format_time
@@ -83,7 +84,6 @@ STORE_ENVVAR = "REFVAULT_STORE"
 PIPE_WIDTH = 200
 
 # ``ctx.meta`` is shared by the group's context and the command's: options record what they saw there.
-_STORE_KEY = "refvault.store"
 _JSON_KEY = "refvault.json"
 _ARGS_KEY = "refvault.args"
 
@@ -205,16 +205,7 @@ def _remember(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
 
 def _store_option(func: F) -> F:
     """``--store``, on the group and on every command; the last one parsed (the command's) wins."""
-    option = click.option(
-        "--store",
-        type=click.Path(file_okay=False, dir_okay=True, path_type=str),
-        default=None,
-        metavar="PATH",
-        expose_value=False,
-        callback=_remember(_STORE_KEY),
-        help=f"Store directory (default: ${STORE_ENVVAR}, else {DEFAULT_STORE}).",
-    )
-    return option(func)
+    return store_option(f"Store directory (default: ${STORE_ENVVAR}, else {DEFAULT_STORE}).")(func)
 
 
 def _json_option(func: F) -> F:
@@ -285,7 +276,7 @@ def _guess_media_type(filename: str) -> str:
 
 def _explicit_store(ctx: click.Context) -> str | None:
     """The ``--store`` given on the command line (the command's, else the group's), if any."""
-    store: str | None = ctx.meta.get(_STORE_KEY)
+    store: str | None = ctx.meta.get(STORE_KEY)
     return store
 
 

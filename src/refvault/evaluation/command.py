@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import click
 
+from refvault._store_option import STORE_KEY, store_option
+
 __all__ = ["eval_command"]
-
-_STORE_KEY = "refvault.store"  # where refvault.cli's group-level --store is recorded (ctx.meta)
-
-
-def _remember_store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None:
-        ctx.meta[_STORE_KEY] = value
-    return value
 
 
 @click.command("eval")
@@ -27,15 +20,7 @@ def _remember_store(ctx: click.Context, param: click.Parameter, value: Any) -> A
     metavar="N",
     help="Run the whole battery N times, each on fresh seeded data (default: 2).",
 )
-@click.option(
-    "--store",
-    type=click.Path(file_okay=False, dir_okay=True, path_type=str),
-    default=None,
-    metavar="PATH",
-    expose_value=False,
-    callback=_remember_store,
-    help="Embedded store to run in (created if missing, kept). Default: a fresh temporary store, removed after.",
-)
+@store_option("Embedded store to run in (created if missing, kept). Default: a fresh temporary store, removed after.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 @click.pass_context
 def eval_command(ctx: click.Context, seed: int | None, trials: int | None, as_json: bool) -> None:
@@ -64,7 +49,7 @@ def eval_command(ctx: click.Context, seed: int | None, trials: int | None, as_js
     from refvault.errors import RefvaultError
     from refvault.evaluation.run import DEFAULT_SEED, DEFAULT_TRIALS, run_eval
 
-    store: str | None = ctx.meta.get(_STORE_KEY)
+    store: str | None = ctx.meta.get(STORE_KEY)
     try:
         report = run_eval(
             seed=DEFAULT_SEED if seed is None else seed,

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from refvault._store_option import STORE_KEY, store_option
 from refvault.server import DEFAULT_MAX_BODY
 
 if TYPE_CHECKING:
@@ -40,30 +41,15 @@ __all__ = ["keys", "serve"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_STORE_KEY = "refvault.store"  # where refvault.cli's group-level --store is recorded (ctx.meta)
 _STORE_ENV = ("REFVAULT_STORE",)
 _REMOTE_ENV = ("REFVAULT_CATALOG", "REFVAULT_BLOBS", "REFVAULT_S3_ENDPOINT")
 _INSTALL_HINT = "refvault serve needs the server extra: pip install 'refvault[server]'"
 
 
-def _remember_store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None:
-        ctx.meta[_STORE_KEY] = value
-    return value
-
-
 def _store_options(func: F) -> F:
     """``--store`` or ``--catalog``/``--blobs``/``--s3-endpoint``: which vault to open."""
     options = [
-        click.option(
-            "--store",
-            type=click.Path(file_okay=False, dir_okay=True, path_type=str),
-            default=None,
-            metavar="PATH",
-            expose_value=False,
-            callback=_remember_store,
-            help="Embedded store directory (default: $REFVAULT_STORE, else ./.refvault).",
-        ),
+        store_option("Embedded store directory (default: $REFVAULT_STORE, else ./.refvault)."),
         click.option("--catalog", metavar="URL", help="PostgreSQL catalog URL (default: $REFVAULT_CATALOG)."),
         click.option("--blobs", metavar="URL", help="Blob store, s3://BUCKET/PREFIX (default: $REFVAULT_BLOBS)."),
         click.option("--s3-endpoint", metavar="URL", help="S3 endpoint URL (default: $REFVAULT_S3_ENDPOINT)."),
@@ -75,7 +61,7 @@ def _store_options(func: F) -> F:
 
 def _select_store(ctx: click.Context, catalog: str | None, blobs: str | None, s3_endpoint: str | None) -> str:
     """Put the chosen store into this process's environment (workers inherit it); return a description of it."""
-    store: str | None = ctx.meta.get(_STORE_KEY)
+    store: str | None = ctx.meta.get(STORE_KEY)
     if store is not None and (catalog or blobs or s3_endpoint):
         raise click.UsageError("pass --store or --catalog/--blobs/--s3-endpoint, not both")
     if store is not None:
@@ -185,8 +171,8 @@ def serve(
     os.environ["REFVAULT_AUTH_CACHE_SECONDS"] = repr(auth_cache_seconds)
     url = _url(host, port)
     store_flag = ""
-    if ctx.meta.get(_STORE_KEY) is not None:
-        store_flag = f"--store {ctx.meta[_STORE_KEY]} "
+    if ctx.meta.get(STORE_KEY) is not None:
+        store_flag = f"--store {ctx.meta[STORE_KEY]} "
     elif catalog:
         store_flag = "--catalog URL --blobs URL "
     click.echo(f"refvault {_version()} serving {url}/v1 (OpenAPI: {url}/openapi.json, MCP: {url}/mcp)")

@@ -41,18 +41,11 @@ from typing import Any, TypeVar
 
 import click
 
+from refvault._store_option import STORE_KEY, store_option
+
 __all__ = ["mcp"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-# The key refvault.cli's group-level --store records in ctx.meta (shared by the group's and command's contexts).
-_STORE_KEY = "refvault.store"
-
-
-def _remember_store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    if value is not None:
-        ctx.meta[_STORE_KEY] = value
-    return value
 
 
 @click.group(name="mcp", context_settings={"help_option_names": ["-h", "--help"]})
@@ -73,16 +66,8 @@ def _scope_option(part: str) -> Callable[[F], F]:
 
 
 def _store_option(created: bool) -> Callable[[F], F]:
-    return click.option(
-        "--store",
-        type=click.Path(file_okay=False, dir_okay=True, path_type=str),
-        default=None,
-        metavar="PATH",
-        expose_value=False,
-        callback=_remember_store,
-        help="Store directory (default: $REFVAULT_STORE, else ./.refvault)"
-        + ("; created if missing." if created else "; must exist."),
-    )
+    made = "created if missing" if created else "must exist"
+    return store_option(f"Store directory (default: $REFVAULT_STORE, else ./.refvault); {made}.")
 
 
 @mcp.command(
@@ -249,7 +234,7 @@ def proxy(
         except OSError as exc:
             raise CliError(f"cannot listen on 127.0.0.1:{http_port}: {exc.strerror or exc}", "AddressInUse") from None
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
-    location = ctx.meta.get(_STORE_KEY) or os.environ.get("REFVAULT_STORE") or "./.refvault"
+    location = ctx.meta.get(STORE_KEY) or os.environ.get("REFVAULT_STORE") or "./.refvault"
     try:
         with open_store(location) as vault:
             _run(gateway, vault, scope, upstream, options, sock)
