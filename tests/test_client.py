@@ -52,8 +52,8 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(store: Path) -> Iterator[LiveServer]:
-    """``refvault serve --store STORE`` on a free loopback port, with three API keys made before it starts."""
+def serve(store: Path, *options: str) -> Iterator[LiveServer]:
+    """``refvault serve --store STORE [OPTIONS]`` on a free loopback port, with three API keys made before it starts."""
     with Vault.open(store) as vault:
         _, token = create_key(vault, "acme", "ana")
         _, foreign = create_key(vault, "globex", "gus")
@@ -61,7 +61,9 @@ def serve(store: Path) -> Iterator[LiveServer]:
     port = _free_port()
     command = [str(Path(sys.executable).with_name("refvault")), "serve", "--store", str(store), "--port", str(port)]
     log = open(store.parent / f"serve-{port}.log", "wb")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen([*command, "--no-access-log"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [*command, *options, "--no-access-log"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -308,6 +310,28 @@ def test_unexpected_answers_show_status_and_title_only(
         c.describe(SCOPE, "art_" + "a" * 26)
     assert shown in str(caught.value)
     assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "retry_after", "expected", "waited"),
+    [
+        (429, "TooManyRequests", "7", errors.TooManyRequests, 7),
+        (429, "TooManyRequests", "soon", errors.TooManyRequests, 1),
+        (408, "RequestTimeout", None, errors.RequestTimeout, None),
+    ],
+)  # fmt: skip
+def test_busy_and_timeout_problems_raise_their_own_classes(
+    status: int, error: str, retry_after: str | None, expected: type[Exception], waited: int | None
+) -> None:
+    problem = {"type": "urn:refvault:problem:x", "title": "t", "status": status, "detail": "try later", "error": error}
+    headers = {"content-type": "application/problem+json"} | ({"retry-after": retry_after} if retry_after else {})
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, headers=headers, json=problem))
+    with Client("http://server.invalid", "rvk_x", transport=transport) as c, pytest.raises(expected) as caught:
+        c.describe(SCOPE, "art_" + "a" * 26)
+    assert str(caught.value) == "try later"
+    if waited is not None:
+        assert isinstance(caught.value, errors.TooManyRequests)
+        assert caught.value.retry_after == waited
 
 
 # -- integrity -----------------------------------------------------------------------------------

@@ -599,6 +599,7 @@ def test_serve_with_no_arguments_uses_the_embedded_default(tmp_path: Path, monke
     from click.testing import CliRunner
 
     from refvault.cli import main
+    from refvault.server.limits import HeaderTimeoutProtocol
 
     for name in ("REFVAULT_STORE", "REFVAULT_CATALOG", "REFVAULT_BLOBS", "REFVAULT_S3_ENDPOINT", "REFVAULT_MAX_BODY"):
         monkeypatch.delenv(name, raising=False)
@@ -617,6 +618,7 @@ def test_serve_with_no_arguments_uses_the_embedded_default(tmp_path: Path, monke
             "workers": 1,
             "access_log": True,
             "log_level": "info",
+            "http": HeaderTimeoutProtocol,  # uvicorn's own protocol, with a deadline on request headers
         }
     ]
     assert "serving http://127.0.0.1:8765/v1" in result.stdout

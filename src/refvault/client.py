@@ -110,6 +110,7 @@ _PLAIN: dict[str, type[RefvaultError]] = {
         errors.TooLarge,
         errors.Unauthenticated,
         errors.Forbidden,
+        errors.RequestTimeout,
     )
 }
 # When the problem names no class we know: the class for its status.
@@ -117,6 +118,7 @@ _BY_STATUS: dict[int, type[RefvaultError]] = {
     400: errors.InvalidArgument,
     401: errors.Unauthenticated,
     403: errors.Forbidden,
+    408: errors.RequestTimeout,
     409: errors.IdempotencyConflict,
     413: errors.TooLarge,
     422: errors.UnsupportedRead,
@@ -771,6 +773,8 @@ def _raise_problem(response: httpx.Response, body: bytes | None, artifact_id: st
         raise errors.InvalidCursor(reason if reason in _CURSOR_REASONS else "malformed", message)
     if name == "IntegrityError" or slug == "integrity-error":
         raise IntegrityError(detail)
+    if name == "TooManyRequests" or status == 429:
+        raise errors.TooManyRequests(detail, retry_after=_retry_after(response.headers.get("retry-after")))
     if name in _PLAIN:
         raise _PLAIN[name](detail)
     if slug == "too-large":  # the server's own subclass (a body over its max_body)
@@ -778,6 +782,13 @@ def _raise_problem(response: httpx.Response, body: bytes | None, artifact_id: st
     if status in _BY_STATUS:
         raise _BY_STATUS[status](detail)
     raise StorageError(detail if status >= 500 else f"the refvault server answered HTTP {status}: {detail}")
+
+
+def _retry_after(header: str | None) -> int:
+    """Seconds from a ``Retry-After`` header given in seconds (1 when absent or not a small number)."""
+    if header is None or not (header.strip().isascii() and header.strip().isdigit()):
+        return 1
+    return max(1, min(int(header.strip()), 3600))
 
 
 def _moment_in(detail: str) -> str | None:

@@ -29,7 +29,19 @@ Invariants, where each is enforced, and the tests that hold them
   worker thread, one hop per request where possible (a recently checked API key
   is answered from memory). Reads take at most :data:`READ_THREADS` threads
   per process, which the catalog's connection pool covers (no connection is
-  opened per request); captures use the default threadpool.
+  opened per request); captures run in threads of their own (below).
+* **One tenant cannot stall the others.** Every wait for a piece of a request
+  body is bounded (``body_timeout``: 408, ``Connection: close``, nothing
+  published), and so is the wait for a request's headers (``refvault serve``'s
+  protocol). A key, and a tenant, may have ``uploads_per_key`` and
+  ``uploads_per_tenant`` request bodies in progress (captures, query bodies,
+  ``/mcp`` messages), counted on the app after authentication; past that, 429
+  ``too-many-requests`` with ``Retry-After`` before a byte is read. Captures, whose
+  threads wait on the network, take threads from their own limiter sized
+  ``CAPTURE_TENANTS`` (8) times ``uploads_per_tenant``: a tenant fills at most its
+  cap of them, so eight tenants must each fill theirs before another tenant's
+  capture waits; reads and ``/mcp`` never share it. :mod:`refvault.server.limits`
+  has the details; ``tests/security/test_server_stalls.py`` attacks a live server.
 * **One answer per request, whichever path serves it.** ``GET …/content``
   by a key checked moments ago (in the :class:`~refvault.keys.KeyCache`) with
   an allowed session is served by ``_FastContent`` before FastAPI's routing and
@@ -39,21 +51,38 @@ Invariants, where each is enforced, and the tests that hold them
   (``tests/test_server_fast.py`` compares the two byte for byte).
 * **The schema tells the truth.** Every response of every operation is
   documented (``default`` is the problem schema), so schemathesis's
-  conformance checks hold.
+  conformance checks hold; and every limit a request must respect is stated,
+  from the constant that enforces it (``QueryRequest``, ``CaptureMetadata``,
+  the read parameters), so a request valid by the schema is accepted, apart
+  from what a schema cannot say (one parameter against another, the clock, the
+  artifact's own fields, server-issued cursors), which the descriptions say
+  (``tests/test_server_schema.py``, ``tests/security/test_server_http_conformance.py``).
+  A 405 lists every method of its path in ``Allow`` (:func:`allowed_methods`).
+* **Artifact bytes stay inert in a browser.** Every 200/206 of ``GET …/content``
+  carries ``X-Content-Type-Options: nosniff`` and a sandboxing
+  ``Content-Security-Policy``; every media type not known to be passive (HTML,
+  SVG, XML, JavaScript, PDF, unknown types) is ``Content-Disposition:
+  attachment`` (:func:`content_safety_headers`).
+* **``/mcp`` answers only its own names.** ``Host`` and ``Origin`` are checked
+  against an allow-list there (DNS rebinding; :mod:`refvault.server.mcp`); the
+  API under ``/v1`` does not check ``Host``: it needs a bearer key, which a
+  rebinding page cannot make a browser send.
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the endpoints' annotations at runtime,
 # and they refer to names local to ``_router``.
 import asyncio
+import inspect
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
+from http import HTTPMethod
 from importlib.util import find_spec
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio.from_thread
 import anyio.to_thread
@@ -62,11 +91,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Match, Route
 
 from refvault import __version__
 from refvault.errors import (
@@ -82,19 +111,61 @@ from refvault.errors import (
     InvalidScope,
     NotFound,
     RefvaultError,
+    RequestTimeout,
     SealedArtifact,
     StorageError,
     TooLarge,
+    TooManyRequests,
     Unauthenticated,
     UnsupportedRead,
 )
 from refvault.ids import is_artifact_id
 from refvault.keys import DEFAULT_CACHE_SECONDS, KeyCache
-from refvault.model import Descriptor, Principal, Scope, parse_time
+from refvault.model import (  # the private patterns: the schema states the checks that use them
+    _FORBIDDEN_IN_FILENAME,
+    _LABEL,
+    _MT_NAME,
+    CAPTURE_STATUSES,
+    DISCLOSURES,
+    RECORD_MEDIA_TYPES,
+    Descriptor,
+    Principal,
+    Scope,
+    base_type,
+    parse_time,
+)
 from refvault.read import grep, query, window
 from refvault.read._access import readable
-from refvault.read.records import RecordSet, derive, derived_records
-from refvault.server import DEFAULT_MAX_BODY
+from refvault.read.records import (
+    MAX_DEPTH,
+    MAX_LEAVES,
+    MAX_LIMIT,
+    MAX_ORDER,
+    MAX_QUERY_SECONDS,
+    RecordSet,
+    derive,
+    derived_records,
+)
+from refvault.read.windows import MAX_CHARS, MAX_MATCHES, MAX_PATTERN, MAX_SECONDS
+from refvault.server import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_BODY,
+    DEFAULT_UPLOADS_PER_KEY,
+    DEFAULT_UPLOADS_PER_TENANT,
+)
+from refvault.server.limits import (
+    BODY_TIMEOUT_ENVVAR,
+    HEADER_TIMEOUT_ENVVAR,
+    UPLOADS_PER_KEY_ENVVAR,
+    UPLOADS_PER_TENANT_ENVVAR,
+    BodyIdleTimeout,
+    Uploads,
+    checked_seconds,
+    count_from_env,
+    key_id,
+    seconds_from_env,
+)
 from refvault.vault.vault import Vault
 from refvault.vault.verified import ArtifactStream
 
@@ -113,21 +184,10 @@ UNAUTHENTICATED_DETAIL = "a valid API key is required: send 'Authorization: Bear
 # Environment read by ``app_from_env`` (set by ``refvault serve`` for each worker process).
 MAX_BODY_ENVVAR = "REFVAULT_MAX_BODY"
 AUTH_CACHE_ENVVAR = "REFVAULT_AUTH_CACHE_SECONDS"
+ALLOWED_HOSTS_ENVVAR = "REFVAULT_ALLOWED_HOSTS"  # comma-separated, for /mcp's Host check (refvault.server.mcp)
+ALLOWED_ORIGINS_ENVVAR = "REFVAULT_ALLOWED_ORIGINS"  # comma-separated, for /mcp's Origin check
 
 _NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._:@+\-]{0,127}$"
-_METADATA_FIELDS = (
-    "filename",
-    "tool_call_id",
-    "run_id",
-    "schema_version",
-    "disclosure",
-    "expires_at",
-    "created_at",
-    "source_version",
-    "completeness",
-    "media_type",
-)
-_QUERY_FIELDS = ("where", "fields", "order", "limit", "record_range", "cursor", "max_seconds", "max_scan")
 
 # -- problems --------------------------------------------------------------------------------
 
@@ -147,6 +207,8 @@ _PROBLEMS: tuple[tuple[type[RefvaultError], int, str, str], ...] = (
     (SealedArtifact, 403, "sealed", "Sealed artifact"),
     (IdempotencyConflict, 409, "idempotency-conflict", "Idempotency conflict"),
     (TooLarge, 413, "too-large", "Too large"),
+    (TooManyRequests, 429, "too-many-requests", "Too many requests"),
+    (RequestTimeout, 408, "request-timeout", "Request timeout"),
     (IntegrityError, 500, "integrity-error", "Integrity error"),
     (StorageError, 503, "storage-unavailable", "Storage unavailable"),
 )
@@ -193,6 +255,8 @@ def problem_for(exc: RefvaultError) -> JSONResponse:
         return _internal_error()
     _, status, slug, title = entry
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if isinstance(exc, TooManyRequests):
+        headers = {"Retry-After": str(exc.retry_after)}
     detail = UNAUTHENTICATED_DETAIL if status == 401 else _message(exc)
     reason = exc.reason if isinstance(exc, InvalidCursor) else None
     return problem(status, slug, title, detail, _public_name(exc), reason=reason, headers=headers)
@@ -296,19 +360,115 @@ class Health(BaseModel):
     status: str
 
 
+# -- what requests may hold (the schema's statement of each limit the server enforces) ---------------
+#
+# These models are documentation: requests are checked by the functions that act on them (``Vault.put``
+# with ``refvault.model``'s checks, ``refvault.read``), and every bound below is those functions' own
+# constant, so the schema cannot drift from them (``tests/security/test_server_http_conformance.py``
+# tries each bound and one past it). What a schema cannot say (one field compared with another, a
+# clock, the artifact's own fields) is in the descriptions.
+
+
+class OrderKey(BaseModel):
+    """One sort key: a field of the artifact (not twice in one ``order``) and a direction."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    field: str
+    direction: Literal["asc", "desc"] = "asc"
+
+
 class QueryRequest(BaseModel):
     """The arguments of :func:`refvault.read.query`; every field is optional and null means its default."""
 
     model_config = ConfigDict(extra="forbid")
 
-    where: dict[str, Any] | None = None
-    fields: list[str] | None = None
-    order: list[dict[str, Any]] | None = None
-    limit: int | None = None
-    record_range: list[int] | None = None
-    cursor: str | None = None
-    max_seconds: float | None = None
-    max_scan: int | None = None
+    where: dict[str, Any] | None = Field(
+        None,
+        description=f"A selector over the artifact's fields: a condition, or all/any/not of selectors, at most"
+        f" {MAX_DEPTH} levels deep and {MAX_LEAVES} conditions; an unknown field is a 400 invalid-query.",
+    )
+    fields: Annotated[list[str], Field(min_length=1, json_schema_extra={"uniqueItems": True})] | None = Field(
+        None, description="The fields to return (the artifact's own); null: every field."
+    )
+    order: Annotated[list[OrderKey], Field(max_length=MAX_ORDER)] | None = None
+    limit: Annotated[int, Field(ge=1)] | None = Field(
+        None, description=f"Records per page; larger values return at most {MAX_LIMIT}."
+    )
+    record_range: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)] | None = Field(
+        None, description="[start, end): the records considered, with start <= end."
+    )
+    cursor: str | None = Field(None, description="The next_cursor of an earlier page of the same query, unchanged.")
+    max_seconds: Annotated[float, Field(ge=0, le=MAX_QUERY_SECONDS)] | None = None
+    max_scan: Annotated[int, Field(ge=1)] | None = None
+
+
+_QUERY_FIELDS = tuple(QueryRequest.model_fields)
+_LABEL_PATTERN = f"^{_LABEL.pattern}$"  # tool_call_id, run_id, schema_version
+_FILENAME_PATTERN = "^" + _FORBIDDEN_IN_FILENAME.pattern.replace("[", "[^", 1) + "+$"
+_MEDIA_TYPE_PATTERN = rf'^ *{_MT_NAME}/{_MT_NAME} *(; *{_MT_NAME}=("[^"\\\x00-\x1f;]*"|{_MT_NAME}) *)*$'
+_NOT_DOTS: dict[str, Any] = {"not": {"enum": [".", ".."]}}
+_TIMESTAMP = Field(max_length=64, json_schema_extra={"format": "date-time"})
+
+
+class Completeness(BaseModel):
+    """How much of the source a capture holds (``refvault.model.checked_completeness``); other keys are kept."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={  # "complete" lists no omissions
+            "if": {"properties": {"status": {"const": "complete"}}, "required": ["status"]},
+            "then": {"properties": {"omissions": {"maxItems": 0}}},
+        },
+    )
+
+    status: str = Field("unknown", json_schema_extra={"enum": list(CAPTURE_STATUSES)})
+    omissions: list[Any] = Field(default_factory=list)
+    records: Annotated[int, Field(ge=0)] | None = None
+
+
+class CaptureMetadata(BaseModel):
+    """``Refvault-Metadata``: a JSON object in ASCII (escape other characters as ``\\uXXXX``); null means the default.
+
+    ``expires_at`` must be in the future and ``created_at`` not; ``source_version`` and ``completeness`` hold at
+    most 64 KiB of JSON, nested at most 32 levels.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    filename: (
+        Annotated[str, Field(min_length=1, max_length=255, pattern=_FILENAME_PATTERN, json_schema_extra=_NOT_DOTS)]
+        | None
+    ) = None
+    tool_call_id: Annotated[str, Field(pattern=_LABEL_PATTERN)] | None = None
+    run_id: Annotated[str, Field(pattern=_LABEL_PATTERN)] | None = None
+    schema_version: Annotated[str, Field(pattern=_LABEL_PATTERN)] | None = None
+    disclosure: Annotated[str, Field(json_schema_extra={"enum": list(DISCLOSURES)})] | None = None
+    expires_at: Annotated[str, _TIMESTAMP] | None = None
+    created_at: Annotated[str, _TIMESTAMP] | None = None
+    source_version: dict[str, Any] | None = None
+    completeness: Completeness | None = None
+    media_type: Annotated[str, Field(max_length=255, pattern=_MEDIA_TYPE_PATTERN)] | None = Field(
+        None, description="Overrides Content-Type."
+    )
+
+
+_METADATA_FIELDS = tuple(CaptureMetadata.model_fields)
+_IDEMPOTENCY_PARAMETER: dict[str, Any] = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "A retry with the same key in the same scope returns the first capture (409 if its bytes differ).",
+    # a label (refvault.model.checked_label) as HTTP carries it: a header value loses spaces at either end
+    "schema": {"type": "string", "pattern": r"^[\x21-\x7e]([\x20-\x7e]{0,254}[\x21-\x7e])?$"},
+}
+_METADATA_PARAMETER: dict[str, Any] = {
+    "name": "Refvault-Metadata",
+    "in": "header",
+    "required": False,
+    "description": inspect.cleandoc(CaptureMetadata.__doc__ or ""),
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CaptureMetadata"}}},
+}
 
 
 _OPEN_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
@@ -316,6 +476,17 @@ _PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 _PROBLEM_RESPONSE: dict[str, Any] = {
     "description": "A problem",
     "content": {PROBLEM_MEDIA_TYPE: {"schema": _PROBLEM_REF}},
+}
+
+
+_NOT_TEXT: dict[str, Any] = {
+    **_PROBLEM_RESPONSE,
+    "description": "unsupported-read: the artifact is not text (text/*, JSON, XML, YAML...): it is used by reference",
+}
+_NOT_RECORDS: dict[str, Any] = {
+    **_PROBLEM_RESPONSE,
+    "description": f"unsupported-read: the artifact is not records ({', '.join(RECORD_MEDIA_TYPES)}), or its bytes"
+    " do not parse as records",
 }
 
 
@@ -378,8 +549,18 @@ def capture_options(metadata: str | None, content_type: str | None) -> dict[str,
             continue  # null means the default
         if name in ("expires_at", "created_at") and value is not None:
             value = _timestamp(name, value)
+        if name == "completeness" and isinstance(value, dict) and "records" in value:
+            value = {**value, "records": _whole(value["records"])}
         options[name] = value
     return options
+
+
+def _whole(value: object) -> object:
+    """``2.0`` as ``2``: JSON Schema's ``integer`` includes integral numbers written with a fraction.
+
+    Every other value is returned unchanged (``2.5`` stays a float, which the read then refuses).
+    """
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def declared_length(value: str | None) -> int | None:
@@ -418,6 +599,10 @@ def query_arguments(body: bytes) -> dict[str, Any]:
         raise InvalidQuery("the query body must be a JSON object")
     if not set(arguments) <= set(_QUERY_FIELDS):
         raise InvalidQuery(f"the query body accepts only the fields {', '.join(_QUERY_FIELDS)}")
+    for name in ("limit", "max_scan"):  # the integer fields (QueryRequest)
+        arguments[name] = _whole(arguments.get(name))
+    if isinstance(arguments.get("record_range"), list):
+        arguments["record_range"] = [_whole(value) for value in arguments["record_range"]]
     return {name: value for name, value in arguments.items() if value is not None}
 
 
@@ -483,6 +668,11 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]] | None = None,
     auth_cache_seconds: float = DEFAULT_CACHE_SECONDS,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
+    uploads_per_key: int = DEFAULT_UPLOADS_PER_KEY,
+    uploads_per_tenant: int = DEFAULT_UPLOADS_PER_TENANT,
 ) -> FastAPI:
     """The HTTP API v1 over ``vault`` (which the caller keeps and closes), plus ``/mcp`` when available.
 
@@ -491,11 +681,18 @@ def create_app(
     ``auth_cache_seconds`` is how long a successful authentication is trusted
     without reading the key again (:class:`~refvault.keys.KeyCache`; 0: never):
     the longest a key revoked by another process (or vault object) keeps working here.
+    ``allowed_hosts``/``allowed_origins`` are what ``/mcp`` accepts in ``Host``/``Origin``
+    besides loopback names and the address a request arrived at (:func:`refvault.server.mcp.transport_security`).
+    ``body_timeout`` is the longest wait, in seconds, for the next piece of a request body (408
+    after it); ``uploads_per_key``/``uploads_per_tenant`` cap the request bodies a key/tenant may
+    have in progress at once (429 past them; :mod:`refvault.server.limits`).
     """
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
         raise InvalidArgument("max_body must be a non-negative number of bytes")
+    body_timeout = checked_seconds("body_timeout", body_timeout)
+    uploads = Uploads(per_key=uploads_per_key, per_tenant=uploads_per_tenant)
     keys = KeyCache(vault, seconds=auth_cache_seconds)
-    mcp = _mcp_app(vault, keys)
+    mcp = _mcp_app(vault, keys, allowed_hosts, allowed_origins, uploads)
 
     @asynccontextmanager
     async def life(app: FastAPI) -> AsyncIterator[None]:
@@ -509,25 +706,31 @@ def create_app(
         redirect_slashes=False,
         lifespan=life,
     )
-    app.include_router(_router(vault, keys, max_body), prefix="/v1")
+    app.include_router(_router(vault, keys, max_body, uploads), prefix="/v1")
     app.add_middleware(_FastContent, vault=vault, keys=keys)  # the hot read, for keys already checked
+    app.add_middleware(BodyIdleTimeout, seconds=body_timeout)  # outermost: every route and /mcp
     _install_handlers(app)
     app.openapi = partial(_openapi, app)  # type: ignore[method-assign]
     if mcp is not None:  # at /mcp exactly (what MCP clients call) and below it
         app.router.routes.append(Route("/mcp", endpoint=_Asgi(mcp), include_in_schema=False))
         app.mount("/mcp", mcp)
     app.state.vault = vault
+    app.state.uploads = uploads
     app.state.mcp_mounted = mcp is not None
     return app
 
 
-def _mcp_app(vault: Vault, keys: KeyCache) -> Any:
+def _mcp_app(
+    vault: Vault, keys: KeyCache, allowed_hosts: Sequence[str], allowed_origins: Sequence[str], uploads: Uploads
+) -> Any:
     """The model-facing MCP endpoint from :mod:`refvault.server.mcp`, or None where that module is not installed."""
     if find_spec("refvault.server.mcp") is None:
         return None
     from refvault.server import mcp as mcp_module
 
-    return mcp_module.mcp_app(vault, keys.authenticate)
+    return mcp_module.mcp_app(
+        vault, keys.authenticate, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins, uploads=uploads
+    )
 
 
 class _Asgi:
@@ -559,8 +762,16 @@ def app_from_env() -> FastAPI:
     """An app over ``Vault.open()`` configured by the environment (one per worker process); closes it at shutdown.
 
     ``refvault serve`` sets ``REFVAULT_STORE`` or ``REFVAULT_CATALOG``/``REFVAULT_BLOBS``/
-    ``REFVAULT_S3_ENDPOINT``, ``REFVAULT_MAX_BODY`` and ``REFVAULT_AUTH_CACHE_SECONDS`` before starting uvicorn.
+    ``REFVAULT_S3_ENDPOINT``, ``REFVAULT_MAX_BODY`` and ``REFVAULT_AUTH_CACHE_SECONDS`` before starting uvicorn,
+    and ``REFVAULT_ALLOWED_HOSTS``/``REFVAULT_ALLOWED_ORIGINS`` (comma-separated entries; empty or unset: none),
+    ``REFVAULT_BODY_TIMEOUT``, ``REFVAULT_UPLOADS_PER_KEY`` and ``REFVAULT_UPLOADS_PER_TENANT``. It also checks
+    ``REFVAULT_HEADER_TIMEOUT`` (read by the protocol, :class:`refvault.server.limits.HeaderTimeoutProtocol`),
+    so a malformed value stops the worker at startup.
     """
+    allowed_hosts, allowed_origins = (
+        [entry.strip() for entry in os.environ.get(name, "").split(",") if entry.strip()]
+        for name in (ALLOWED_HOSTS_ENVVAR, ALLOWED_ORIGINS_ENVVAR)
+    )
     raw = os.environ.get(MAX_BODY_ENVVAR)
     try:
         max_body = DEFAULT_MAX_BODY if not raw else int(raw)
@@ -571,6 +782,10 @@ def app_from_env() -> FastAPI:
         auth_cache_seconds = DEFAULT_CACHE_SECONDS if not raw else float(raw)
     except ValueError:
         raise InvalidArgument(f"{AUTH_CACHE_ENVVAR} must be a number of seconds") from None
+    seconds_from_env(HEADER_TIMEOUT_ENVVAR, DEFAULT_HEADER_TIMEOUT)
+    body_timeout = seconds_from_env(BODY_TIMEOUT_ENVVAR, DEFAULT_BODY_TIMEOUT)
+    uploads_per_key = count_from_env(UPLOADS_PER_KEY_ENVVAR, DEFAULT_UPLOADS_PER_KEY)
+    uploads_per_tenant = count_from_env(UPLOADS_PER_TENANT_ENVVAR, DEFAULT_UPLOADS_PER_TENANT)
     vault = Vault.open()
 
     @asynccontextmanager
@@ -581,7 +796,17 @@ def app_from_env() -> FastAPI:
             await run_in_threadpool(vault.close)
 
     try:
-        return create_app(vault, max_body=max_body, lifespan=closing, auth_cache_seconds=auth_cache_seconds)
+        return create_app(
+            vault,
+            max_body=max_body,
+            lifespan=closing,
+            auth_cache_seconds=auth_cache_seconds,
+            allowed_hosts=allowed_hosts,
+            allowed_origins=allowed_origins,
+            body_timeout=body_timeout,
+            uploads_per_key=uploads_per_key,
+            uploads_per_tenant=uploads_per_tenant,
+        )
     except BaseException:
         vault.close()
         raise
@@ -611,7 +836,7 @@ async def blocking(func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await anyio.to_thread.run_sync(partial(func, *args, **kwargs), limiter=_read_limiter())
 
 
-def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
+def _router(vault: Vault, keys: KeyCache, max_body: int, uploads: Uploads) -> APIRouter:
     router = APIRouter(responses={"default": _PROBLEM_RESPONSE})
     bearer = HTTPBearer(auto_error=False, description="An API key: `rvk_<key_id>_<secret>`")
 
@@ -648,21 +873,22 @@ def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
         status_code=201,
         response_model=DescriptorModel,
         tags=["artifacts"],
+        responses={408: _PROBLEM_RESPONSE, 429: _PROBLEM_RESPONSE},
         openapi_extra={
             "requestBody": {
                 "required": False,
                 "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-            }
+            },
+            "parameters": [_METADATA_PARAMETER, _IDEMPOTENCY_PARAMETER],
         },
     )
     async def capture(
         request: Request,
         scope: Caller,
-        metadata: Annotated[str | None, Header(alias="Refvault-Metadata")] = None,
-        idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
     ) -> Response:
         """Capture the raw request body (streamed); metadata in ``Refvault-Metadata`` (a JSON object)."""
-        options = capture_options(metadata, request.headers.get("content-type"))
+        options = capture_options(request.headers.get("refvault-metadata"), request.headers.get("content-type"))
+        idempotency_key = request.headers.get("idempotency-key")
         if idempotency_key is not None:
             options["idempotency_key"] = idempotency_key
         declared = declared_length(request.headers.get("content-length"))
@@ -676,12 +902,13 @@ def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
             except StopAsyncIteration:
                 return None
 
-        try:
-            descriptor = await run_in_threadpool(vault.put, scope, _body(receive, max_body), **options)
-        except ClientDisconnect:
-            return problem(
-                400, "invalid-argument", "Invalid argument", "the request body ended early", "InvalidArgument"
-            )
+        with uploads.slot(key_id(request.headers.get("authorization")), scope.tenant):  # 429 past the caps
+            try:
+                descriptor = await uploads.run_capture(vault.put, scope, _body(receive, max_body), **options)
+            except ClientDisconnect:
+                return problem(
+                    400, "invalid-argument", "Invalid argument", "the request body ended early", "InvalidArgument"
+                )
         location = f"/v1/artifacts/{descriptor.artifact_id}"
         return JSONResponse(descriptor.to_dict(), status_code=201, headers={"Location": location})
 
@@ -729,20 +956,33 @@ def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
     @router.get(
         "/artifacts/{artifact_id}/window",
         tags=["reads"],
-        responses={200: _open_json("A text window (refvault.read.window)"), 422: _PROBLEM_RESPONSE},
+        responses={200: _open_json("A text window (refvault.read.window)"), 422: _NOT_TEXT},
     )
     async def text_window(
         artifact_id: str,
         scope: Caller,
         lines: Annotated[
-            str | None, Query(pattern=r"^\d{1,19},\d{0,19}$", description="START,END (END may be empty)")
+            str | None,
+            Query(
+                pattern=r"^[0-9]{1,19},[0-9]{0,19}$",
+                description="START,END: lines [START, END), zero-based; END empty for 'to the end', else greater"
+                " than START. Not with bytes.",
+            ),
         ] = None,
         bytes_: Annotated[
-            str | None, Query(alias="bytes", pattern=r"^\d{1,19},\d{1,19}$", description="OFFSET,LENGTH")
+            str | None,
+            Query(
+                alias="bytes",
+                pattern=r"^[0-9]{1,19},[1-9][0-9]{0,18}$",
+                description="OFFSET,LENGTH: bytes [OFFSET, OFFSET + LENGTH), LENGTH at least 1. Not with lines.",
+            ),
         ] = None,
-        max_chars: int = 20_000,
+        max_chars: Annotated[int, Query(ge=1, le=MAX_CHARS)] = 20_000,
     ) -> JSONResponse:
-        """A window of a text artifact by lines or bytes (model-facing: sealed artifacts are refused)."""
+        """A window of a text artifact by ``lines`` or ``bytes``, not both (neither: from line 0).
+
+        Model-facing: sealed artifacts are refused.
+        """
         line_pair, byte_pair = _pair(lines), _pair(bytes_)
         result = await blocking(
             window,
@@ -758,16 +998,24 @@ def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
     @router.get(
         "/artifacts/{artifact_id}/grep",
         tags=["reads"],
-        responses={200: _open_json("Matching lines (refvault.read.grep)"), 422: _PROBLEM_RESPONSE},
+        responses={200: _open_json("Matching lines (refvault.read.grep)"), 422: _NOT_TEXT},
     )
     async def grep_lines(
         artifact_id: str,
         scope: Caller,
-        pattern: str,
+        pattern: Annotated[
+            str,
+            Query(
+                min_length=1,
+                max_length=MAX_PATTERN,
+                description="A literal (no newline: grep matches within one line) or, with regex=true, an RE2"
+                " expression.",
+            ),
+        ],
         regex: bool = False,
-        max_matches: int = 100,
-        from_line: int = 0,
-        max_seconds: float = 5.0,
+        max_matches: Annotated[int, Query(ge=1, le=MAX_MATCHES)] = 100,
+        from_line: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
+        max_seconds: Annotated[float, Query(ge=0, le=MAX_SECONDS)] = 5.0,
     ) -> JSONResponse:
         """Lines of a text artifact containing ``pattern`` (literal, or RE2 with ``regex=true``)."""
         result = await blocking(
@@ -788,8 +1036,10 @@ def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
         tags=["reads"],
         responses={
             200: _open_json("Selected records (refvault.read.query)"),
+            408: _PROBLEM_RESPONSE,
             413: _PROBLEM_RESPONSE,
-            422: _PROBLEM_RESPONSE,
+            422: _NOT_RECORDS,
+            429: _PROBLEM_RESPONSE,
         },
         openapi_extra={
             "requestBody": {
@@ -800,7 +1050,9 @@ def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
     )
     async def query_records(artifact_id: str, request: Request, scope: Caller) -> JSONResponse:
         """Select records (``where``, ``fields``, ``order``, ``limit``, ``record_range``, ``cursor``...)."""
-        arguments = query_arguments(await _bounded_body(request, MAX_JSON_BODY))
+        with uploads.slot(key_id(request.headers.get("authorization")), scope.tenant):  # while the body arrives
+            body = await _bounded_body(request, MAX_JSON_BODY)
+        arguments = query_arguments(body)
         result = await blocking(query, vault, scope, _checked_id(artifact_id), **arguments)
         return JSONResponse(result)
 
@@ -808,7 +1060,7 @@ def _router(vault: Vault, keys: KeyCache, max_body: int) -> APIRouter:
         "/artifacts/{artifact_id}/records",
         response_model=RecordSetModel | None,
         tags=["reads"],
-        responses={422: _PROBLEM_RESPONSE},
+        responses={422: _NOT_RECORDS},
     )
     async def record_set(artifact_id: str, scope: Caller, build: bool = True) -> JSONResponse:
         """The record count and fields of a record artifact (``refvault.read.derive``; sealed ones are refused).
@@ -920,10 +1172,59 @@ def _plan_headers(
     status = 200 if wanted is None else 206
     headers["Content-Type"] = descriptor.media_type
     headers["Content-Length"] = str(end - start)
-    headers["X-Content-Type-Options"] = "nosniff"
+    headers.update(content_safety_headers(descriptor))
     if status == 206:
         headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
     return _Content(status, headers), start, end
+
+
+CONTENT_SECURITY_POLICY = "sandbox; default-src 'none'"
+# Media types a browser only displays (no script, no markup, no plugin): served inline; every other type,
+# the active ones (HTML, SVG, XML, JavaScript, PDF...) and any type not listed here, is an attachment.
+_PASSIVE_TYPES = frozenset(
+    {
+        "text/plain",
+        "text/csv",
+        "text/tab-separated-values",
+        "text/markdown",
+        "application/json",
+        "application/x-ndjson",
+        "application/jsonl",
+        "image/png",
+        "image/jpeg",
+        "image/gif",
+        "image/webp",
+        "image/avif",
+    }
+)
+_PASSIVE_PREFIXES = ("audio/", "video/")
+_UNSAFE_IN_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def content_safety_headers(descriptor: Descriptor) -> dict[str, str]:
+    """The headers that keep an artifact's bytes inert in a browser, on every 200/206 of ``GET …/content``.
+
+    ``X-Content-Type-Options: nosniff`` and a sandboxing ``Content-Security-Policy``
+    (no script, no plugin, no subresource, a unique origin) on every artifact; and
+    ``Content-Disposition: attachment`` with an ASCII-only file name for every media
+    type outside the passive list above (so HTML, SVG, XML, JavaScript and unknown
+    types are downloaded, not rendered). Both the route and ``_FastContent`` send
+    these through :func:`_plan_headers` (``tests/security/test_server_http_conformance.py``).
+    """
+    headers = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": CONTENT_SECURITY_POLICY}
+    kind = base_type(descriptor.media_type)
+    if kind not in _PASSIVE_TYPES and not kind.startswith(_PASSIVE_PREFIXES):
+        headers["Content-Disposition"] = f'attachment; filename="{download_name(descriptor)}"'
+    return headers
+
+
+def download_name(descriptor: Descriptor) -> str:
+    """The artifact's file name reduced to ``A-Z a-z 0-9 . _ -`` (no leading dot, at most 128), else its id.
+
+    Safe inside a quoted ``filename=`` parameter: no quote, backslash, separator or control character.
+    """
+    name = _UNSAFE_IN_NAME.sub("_", descriptor.filename or "").lstrip(".")[:128]
+    return name if name.strip("._-") else descriptor.artifact_id
 
 
 def _content_response(plan: _Content) -> Response:
@@ -1053,6 +1354,7 @@ def _install_handlers(app: FastAPI) -> None:
         if exc.status_code == 404:
             return problem(404, "not-found", "Not found", "no such endpoint", "NotFound", headers=headers)
         if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request.app.router.routes, request.scope))
             detail = "this endpoint does not accept that method"
             return problem(405, "method-not-allowed", "Method not allowed", detail, "InvalidArgument", headers=headers)
         if exc.status_code >= 500:
@@ -1069,6 +1371,20 @@ def _install_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected)
+
+
+def allowed_methods(routes: Iterable[BaseRoute], scope: Any) -> list[str]:
+    """Every method some route answers at ``scope``'s path: the ``Allow`` of a 405, whichever route refused.
+
+    Starlette's 405 names the methods of the first route whose path matched (FastAPI makes one route per
+    method, so ``/v1/artifacts`` said only ``POST``); this asks every route, nested routers included, for
+    every method (``tests/security/test_server_http_conformance.py`` checks each path of the schema).
+    """
+    return [
+        method
+        for method in HTTPMethod
+        if any(route.matches({**scope, "method": method.value})[0] is Match.FULL for route in routes)
+    ]
 
 
 def _validation_detail(exc: RequestValidationError) -> str:
@@ -1088,7 +1404,9 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     schemas = schema.setdefault("components", {}).setdefault("schemas", {})
-    schemas["Problem"] = Problem.model_json_schema()
-    schemas["QueryRequest"] = QueryRequest.model_json_schema()
+    for model in (Problem, QueryRequest, CaptureMetadata):
+        found = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(found.pop("$defs", {}))  # nested models (OrderKey, Completeness) become components too
+        schemas[model.__name__] = found
     app.openapi_schema = schema
     return schema

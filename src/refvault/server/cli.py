@@ -3,6 +3,8 @@
 ::
 
     refvault serve [--host 127.0.0.1] [--port 8765] [--workers N] [--max-body BYTES] [--auth-cache-seconds S]
+                   [--header-timeout S] [--body-timeout S] [--uploads-per-key N] [--uploads-per-tenant N]
+                   [--allowed-host HOST[:PORT|:*] ...] [--allowed-origin SCHEME://HOST[:PORT|:*] ...]
                    [--store PATH | --catalog URL --blobs s3://BUCKET/PREFIX [--s3-endpoint URL]]
     refvault keys create --tenant T --user U [--session S ...] [--label L]   prints the token, once
     refvault keys list [--tenant T]
@@ -31,7 +33,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from refvault._store_option import STORE_KEY, store_option
-from refvault.server import DEFAULT_MAX_BODY
+from refvault.server import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_HEADER_TIMEOUT,
+    DEFAULT_MAX_BODY,
+    DEFAULT_UPLOADS_PER_KEY,
+    DEFAULT_UPLOADS_PER_TENANT,
+)
 
 if TYPE_CHECKING:
     from refvault.catalog.base import ApiKey
@@ -135,6 +143,39 @@ def _url(host: str, port: int) -> str:
     help="Largest capture body accepted (413 above it).",
 )
 @click.option(
+    "--header-timeout",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=DEFAULT_HEADER_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Close a connection whose request line and headers are not all in this long after it opened (or after the"
+    " first byte of its next request).",
+)
+@click.option(
+    "--body-timeout",
+    type=click.FloatRange(0, 3600, min_open=True),
+    default=DEFAULT_BODY_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="End a request whose body sends nothing for this long (408, nothing stored).",
+)
+@click.option(
+    "--uploads-per-key",
+    type=click.IntRange(1, 10_000),
+    default=DEFAULT_UPLOADS_PER_KEY,
+    show_default=True,
+    metavar="N",
+    help="Request bodies (captures, queries, /mcp messages) one API key may have in progress at once (429 past it).",
+)
+@click.option(
+    "--uploads-per-tenant",
+    type=click.IntRange(1, 10_000),
+    default=DEFAULT_UPLOADS_PER_TENANT,
+    show_default=True,
+    metavar="N",
+    help="The same for all the keys of one tenant together; captures get 8 threads per worker for each unit of it.",
+)
+@click.option(
     "--auth-cache-seconds",
     type=click.FloatRange(0, 3600),
     default=2.0,  # refvault.keys.DEFAULT_CACHE_SECONDS (not imported: this module loads click only)
@@ -142,6 +183,22 @@ def _url(host: str, port: int) -> str:
     metavar="SECONDS",
     help="Trust a successful API key check this long per worker: a key revoked elsewhere works at most this much longer"
     " (0: check every request).",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="HOST[:PORT|:*]",
+    help="Also accept this Host at /mcp (repeatable; DNS-rebinding check). Always accepted: 127.0.0.1, localhost"
+    " and [::1] on any port, and the address a request arrived at.",
+)
+@click.option(
+    "--allowed-origin",
+    "allowed_origins",
+    multiple=True,
+    metavar="SCHEME://HOST[:PORT|:*]",
+    help="Also accept this browser Origin at /mcp (repeatable). Always accepted: http:// and the hosts above;"
+    " requests without Origin.",
 )
 @click.option("--access-log/--no-access-log", default=True, show_default=True, help="Log every request.")
 @_store_options
@@ -152,7 +209,13 @@ def serve(
     port: int,
     workers: int,
     max_body: int,
+    header_timeout: float,
+    body_timeout: float,
+    uploads_per_key: int,
+    uploads_per_tenant: int,
     auth_cache_seconds: float,
+    allowed_hosts: tuple[str, ...],
+    allowed_origins: tuple[str, ...],
     access_log: bool,
     catalog: str | None,
     blobs: str | None,
@@ -164,11 +227,31 @@ def serve(
         import uvicorn
     except ImportError:
         raise click.ClickException(_INSTALL_HINT) from None
+    from refvault.errors import InvalidArgument
+    from refvault.server.limits import (
+        BODY_TIMEOUT_ENVVAR,
+        HEADER_TIMEOUT_ENVVAR,
+        UPLOADS_PER_KEY_ENVVAR,
+        UPLOADS_PER_TENANT_ENVVAR,
+        HeaderTimeoutProtocol,
+    )
+    from refvault.server.mcp import allow_list
+
+    try:
+        hosts, origins = allow_list(allowed_hosts, "host"), allow_list(allowed_origins, "origin")
+    except InvalidArgument as exc:
+        raise click.BadParameter(str(exc)) from None
     with _vault(ctx, catalog, blobs, s3_endpoint):
         pass  # open once here: creates the embedded store and runs migrations before workers race
     description = _select_store(ctx, catalog, blobs, s3_endpoint)
     os.environ["REFVAULT_MAX_BODY"] = str(max_body)
+    os.environ[HEADER_TIMEOUT_ENVVAR] = repr(header_timeout)
+    os.environ[BODY_TIMEOUT_ENVVAR] = repr(body_timeout)
+    os.environ[UPLOADS_PER_KEY_ENVVAR] = str(uploads_per_key)
+    os.environ[UPLOADS_PER_TENANT_ENVVAR] = str(uploads_per_tenant)
     os.environ["REFVAULT_AUTH_CACHE_SECONDS"] = repr(auth_cache_seconds)
+    os.environ["REFVAULT_ALLOWED_HOSTS"] = ",".join(hosts)  # refvault.server.app.ALLOWED_HOSTS_ENVVAR
+    os.environ["REFVAULT_ALLOWED_ORIGINS"] = ",".join(origins)
     url = _url(host, port)
     store_flag = ""
     if ctx.meta.get(STORE_KEY) is not None:
@@ -187,7 +270,8 @@ def serve(
         workers=workers,
         access_log=access_log,
         log_level="info",
-    )  # loop and http default to "auto": uvloop and httptools, which the server extra installs
+        http=HeaderTimeoutProtocol,  # uvicorn's "auto" protocol (httptools, else h11) with a header deadline
+    )  # loop defaults to "auto": uvloop, which the server extra installs
 
 
 def _version() -> str:

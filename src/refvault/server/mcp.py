@@ -18,10 +18,26 @@ Invariants, each tested in ``tests/test_server_mcp.py`` against a live server:
   ``Scope(key's tenant, key's user, Refvault-Session)``, computed here and passed
   to the handlers with the request; nothing in an MCP message can change it, so
   another tenant's artifacts are as absent as missing ones.
+* **Only the names this server answers to (DNS rebinding).** ``Host`` must
+  name a loopback address (``127.0.0.1``, ``localhost``, ``[::1]``, any port),
+  the address the request arrived at, or an entry of ``allowed_hosts``
+  (``refvault serve --allowed-host``): else 421 ``misdirected-request``. A
+  present ``Origin`` must be ``http://`` one of those loopback names or that
+  address, or an entry of ``allowed_origins`` (``--allowed-origin``): else 403
+  ``origin-not-allowed``; a request without ``Origin`` (not a browser) passes.
+  Checked before anything else, by the MCP SDK's own
+  :class:`~mcp.server.transport_security.TransportSecurityMiddleware` (what
+  ``refvault mcp proxy --http`` uses); ``tests/security/test_mcp_origin.py``.
 * **Bounded requests.** A body over ``max_body`` (4 MiB) is a 413
   ``too-large`` problem before the MCP layer reads it. Only POST is served
   (405 otherwise): stateless, there is no server-initiated stream for a GET
   to hold open, and no session to DELETE.
+* **One tenant cannot stall the others.** A message is read on the event loop
+  (no thread waits for it), while it arrives it holds one of its key's and
+  tenant's upload places (``uploads``: 429 ``too-many-requests`` with
+  ``Retry-After`` past the caps), and the host app's body and header timeouts
+  end a message that stops arriving (408) or headers that never finish
+  (:mod:`refvault.server.limits`; ``tests/security/test_server_stalls.py``).
 * **Sealed content is never shown.** The read tools and ``resources/read``
   refuse sealed artifacts (listing shows their metadata only, so the model can
   pass their ids to tools that take a reference).
@@ -29,16 +45,28 @@ Invariants, each tested in ``tests/test_server_mcp.py`` against a live server:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
-from typing import Any
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from contextlib import nullcontext
+from typing import Any, Literal
 
 import anyio.to_thread
 import mcp.types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from starlette.requests import Request
+from starlette.responses import Response
 
-from refvault.errors import Forbidden, InvalidArgument, RefvaultError, Unauthenticated
+from refvault.errors import (
+    Forbidden,
+    InvalidArgument,
+    RefvaultError,
+    RequestTimeout,
+    TooManyRequests,
+    Unauthenticated,
+)
 from refvault.integrations.mcp.gateway import ArtifactTools
 from refvault.model import Principal, Scope
 from refvault.server.app import (
@@ -49,9 +77,10 @@ from refvault.server.app import (
     problem_for,
     session_scope,
 )
+from refvault.server.limits import Uploads, key_id
 from refvault.vault.vault import Vault
 
-__all__ = ["SCOPE_KEY", "mcp_app"]
+__all__ = ["LOOPBACK_NAMES", "SCOPE_KEY", "allow_list", "mcp_app", "transport_security"]
 
 ASGIScope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -61,20 +90,79 @@ Authenticate = Callable[[str], Principal | None]
 
 SCOPE_KEY = "refvault.scope"
 MAX_MCP_BODY = 4 << 20  # bytes of one request body (a JSON-RPC message from an MCP client)
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")  # as the MCP SDK allows them by default, on any port
+
+_NAME = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*)"
+_ENTRY = {  # an allow-list entry, in the SDK's syntax: exact, or ":*" for any port
+    "host": re.compile(rf"{_NAME}(:([0-9]{{1,5}}|\*))?"),
+    "origin": re.compile(rf"https?://{_NAME}(:([0-9]{{1,5}}|\*))?"),
+}
 
 
-def mcp_app(vault: Vault, authenticate: Authenticate, *, max_body: int = MAX_MCP_BODY) -> ASGIApp:
+def allow_list(values: Iterable[str], kind: Literal["host", "origin"]) -> tuple[str, ...]:
+    """Allow-list entries (``refvault serve --allowed-host``/``--allowed-origin``), each checked.
+
+    A host is ``NAME``, ``NAME:PORT`` or ``NAME:*`` (any port), with an IPv6
+    address in brackets; an origin is ``http://`` or ``https://`` and a host.
+    Anything else (a path, a wildcard name, a comma, spaces) is
+    :class:`~refvault.errors.InvalidArgument`, not an entry that silently never matches.
+    """
+    entries = tuple(values)
+    for entry in entries:
+        if _ENTRY[kind].fullmatch(entry) is None:
+            example = "example.com:8765, example.com:* or [::1]:8765" if kind == "host" else "https://example.com"
+            raise InvalidArgument(f"an allowed {kind} must look like {example}")
+    return entries
+
+
+def transport_security(
+    arrived_at: tuple[str, int | None] | None, hosts: Iterable[str] = (), origins: Iterable[str] = ()
+) -> TransportSecuritySettings:
+    """The MCP SDK's DNS-rebinding settings for a request that ``arrived_at`` ``(address, port)`` (ASGI ``server``).
+
+    Allowed: the loopback names on any port, the address the request came in on
+    (by number: a client that names this server by a DNS name needs that name in
+    ``hosts``), and the configured ``hosts`` and ``origins``.
+    """
+    names = [*(f"{name}:*" for name in LOOPBACK_NAMES), *LOOPBACK_NAMES]
+    if arrived_at is not None and arrived_at[0]:
+        address, port = arrived_at
+        shown = f"[{address}]" if ":" in address else address
+        names += [shown, f"{shown}:80"] if port in (None, 80) else [f"{shown}:{port}"]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[*names, *hosts],
+        allowed_origins=[*(f"http://{name}" for name in names), *origins],
+    )
+
+
+def mcp_app(
+    vault: Vault,
+    authenticate: Authenticate,
+    *,
+    max_body: int = MAX_MCP_BODY,
+    allowed_hosts: Iterable[str] = (),
+    allowed_origins: Iterable[str] = (),
+    uploads: Uploads | None = None,
+) -> ASGIApp:
     """The ``/mcp`` ASGI app over ``vault``; ``authenticate(token)`` gives the token's principal, or None.
+
+    ``allowed_hosts`` and ``allowed_origins`` (:func:`allow_list` entries) are
+    accepted in ``Host`` and ``Origin`` besides the loopback names and the
+    address a request arrived at (:func:`transport_security`).
 
     ``authenticate`` blocks (it reads the catalog): it runs in a worker thread.
     A request body (one JSON-RPC message) over ``max_body`` bytes is a 413
     ``too-large`` problem: the SDK reads a message whole, so it is bounded here.
+    With ``uploads``, a message counts as one of its key's and tenant's uploads
+    while it arrives (429 ``too-many-requests`` past their caps).
 
     Needs no lifespan from its host: each HTTP request runs its own stateless
     MCP transport to completion.
     """
     tools = ArtifactTools(vault)
     server = tools.server(_scope_of)
+    hosts, origins = allow_list(allowed_hosts, "host"), allow_list(allowed_origins, "origin")
 
     async def app(scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -82,6 +170,10 @@ def mcp_app(vault: Vault, authenticate: Authenticate, *, max_body: int = MAX_MCP
             return
         if scope["type"] != "http":
             return  # websockets are not served
+        refused = await _misdirected(scope, transport_security(scope.get("server"), hosts, origins))
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         headers = _headers(scope)
         token = _bearer(headers.get("authorization"))
         principal = None if token is None else await anyio.to_thread.run_sync(authenticate, token)
@@ -98,9 +190,11 @@ def mcp_app(vault: Vault, authenticate: Authenticate, *, max_body: int = MAX_MCP
                 405, "method-not-allowed", "Method not allowed", detail, "InvalidArgument", headers=headers_out
             )(scope, receive, send)
             return
+        place = nullcontext() if uploads is None else uploads.slot(key_id(headers.get("authorization")), caller.tenant)
         try:
-            replay = await _bounded(headers, receive, max_body)
-        except BodyTooLarge as exc:
+            with place:  # one of the key's and tenant's upload places while the message arrives
+                replay = await _bounded(headers, receive, max_body)
+        except (BodyTooLarge, TooManyRequests, RequestTimeout) as exc:
             await problem_for(exc)(scope, receive, send)
             return
         if replay is None:  # the client went away before its message arrived
@@ -110,6 +204,18 @@ def mcp_app(vault: Vault, authenticate: Authenticate, *, max_body: int = MAX_MCP
             await manager.handle_request({**scope, SCOPE_KEY: caller}, replay, send)
 
     return app
+
+
+async def _misdirected(scope: ASGIScope, settings: TransportSecuritySettings) -> Response | None:
+    """The problem for a ``Host`` or ``Origin`` that ``settings`` do not allow (the SDK decides), else None."""
+    refused = await TransportSecurityMiddleware(settings).validate_request(Request(scope), is_post=False)
+    if refused is None:
+        return None
+    if refused.status_code == 403:  # the SDK's answer to an Origin it does not allow
+        detail = "the Origin header names a site this server does not accept (refvault serve --allowed-origin)"
+        return problem(403, "origin-not-allowed", "Origin not allowed", detail, "Forbidden")
+    detail = "the Host header names no host this server answers for (refvault serve --allowed-host)"
+    return problem(421, "misdirected-request", "Misdirected request", detail, "InvalidArgument")
 
 
 async def _bounded(headers: Mapping[str, str], receive: Receive, limit: int) -> Receive | None:
