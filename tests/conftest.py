@@ -128,9 +128,22 @@ BACKENDS: dict[str, Callable[..., Vault]] = {"memory": _memory, "embedded": _emb
 
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A SQLAlchemy URL of the session's PostgreSQL server (use ``fresh_database`` for a database of your own)."""
-    with run_postgres() as url:
-        yield url
+    """A SQLAlchemy URL of the session's PostgreSQL server (use ``fresh_database`` for a database of your own).
+
+    Meanwhile ``$REFVAULT_MANIFEST_KEY`` holds one manifest key ring, so that every process of
+    a scale-out store (this one, servers and workers it starts) shares it, as a deployment's must.
+    """
+    from refvault.catalog.macs import ENV_KEY, ENV_KEY_FILE
+    from refvault.read.cursors import KeyRing
+
+    saved = {name: os.environ.pop(name, None) for name in (ENV_KEY, ENV_KEY_FILE)}
+    os.environ[ENV_KEY] = KeyRing.generate(now=datetime.now(UTC), grace=timedelta(0)).to_json()
+    try:
+        with run_postgres() as url:
+            yield url
+    finally:
+        os.environ.pop(ENV_KEY, None)
+        os.environ.update({name: value for name, value in saved.items() if value is not None})
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,9 @@ HOSTILE = st.one_of(
     st.builds(lambda s: s + "/../" + s, st.text(max_size=10)),
     st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9._:@+\-]{0,20}", fullmatch=True),  # valid, often odd ("_..")
 )
-LAYOUT = re.compile(r"(blobs(/[0-9a-f]{32}(/[0-9a-f]{2}(/[0-9a-f]{64})?)?)?|tmp|catalog\.db(-wal|-shm)?)")
+LAYOUT = re.compile(
+    r"(blobs(/[0-9a-f]{32}(/[0-9a-f]{2}(/[0-9a-f]{64})?)?)?|tmp|catalog\.db(-wal|-shm)?|manifest-keys\.json)"
+)
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 

@@ -356,7 +356,11 @@ def test_grace_must_be_finite_and_sane(vault: Vault, grace: float) -> None:
 
 
 def test_an_unknown_disclosure_in_the_catalog_fails_closed(tmp_path: Path) -> None:
+    """An edited disclosure is never read as ``model``. Since manifest MACs the row fails its MAC and
+    nothing of it is served (it used to be served as ``sealed``, the fallback that still decides how a
+    row written before the upgrade is adopted: tests/security/test_manifest_integrity.py)."""
     from refvault.catalog.schema import artifacts
+    from refvault.errors import IntegrityError
 
     with Vault.open(tmp_path / "store") as vault:
         d = vault.put(SCOPE, b"x")
@@ -364,7 +368,8 @@ def test_an_unknown_disclosure_in_the_catalog_fails_closed(tmp_path: Path) -> No
         assert isinstance(catalog, SqlCatalog)
         with catalog._write() as conn, conn.begin():
             conn.execute(artifacts.update().values(disclosure="weird"))
-        assert vault.describe(SCOPE, d.artifact_id).disclosure == "sealed"
+        with pytest.raises(IntegrityError, match="does not match its MAC"):
+            vault.describe(SCOPE, d.artifact_id)
 
 
 def test_a_closed_catalog_refuses_work(tmp_path: Path) -> None:

@@ -784,7 +784,11 @@ def rm(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: st
 @_json_option
 @click.pass_context
 def verify(ctx: click.Context, as_json: bool) -> None:
-    """Re-read and re-hash every blob in the store; exit 1 if any is missing or corrupt."""
+    """Check every manifest row's MAC and re-hash every blob; exit 1 on any problem.
+
+    Problems: a row that fails its MAC (manifest), a row whose blob key is in
+    another tenant's namespace (misplaced), a blob that is missing or corrupt.
+    """
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     columns = (TextColumn("verifying"), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn())
@@ -837,8 +841,99 @@ def _verify_summary(report: VerifyReport) -> RenderableType:
     table.add_column("detail", overflow="fold")
     for p in report.problems:
         table.add_row(_text(p.kind), _text(p.digest[:16]), _text("\n".join(p.artifact_ids)), _text(p.detail))
-    headline = _text(f"{plural(len(report.problems), 'damaged blob')}: {counts}", "bold red")
+    damaged = sum(p.kind in ("missing", "corrupt") for p in report.problems)
+    altered = len(report.problems) - damaged
+    found = [plural(damaged, "damaged blob")] if damaged else []
+    found += [plural(altered, "altered manifest row")] if altered else []
+    headline = _text(f"{', '.join(found)}: {counts}", "bold red")
     return Group(headline, table)
+
+
+# -- the manifest key ---------------------------------------------------------------
+
+
+@click.group(name="manifest-key", context_settings={"help_option_names": ["-h", "--help"]})
+def manifest_key() -> None:
+    """The key every manifest row is MAC'd with, kept outside the catalog.
+
+    \b
+    An embedded store keeps it in manifest-keys.json (0600) in the store directory.
+    A postgresql:// store reads it from $REFVAULT_MANIFEST_KEY_FILE (a file made by
+    'refvault manifest-key new') or $REFVAULT_MANIFEST_KEY (its text); every process
+    of the store must use the same one.
+    """
+
+
+@manifest_key.command("new")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@_json_option
+def manifest_key_new(path: Path, as_json: bool) -> None:
+    """Create a key file (0600) for a scale-out store; refuses to overwrite one."""
+    from refvault.catalog.macs import ENV_KEY_FILE, ManifestKeys
+
+    keys = ManifestKeys.create_file(path)
+    if as_json:
+        _print_json({"path": str(path), "key_id": keys.current_id})
+        return
+    make_console().print(
+        _text(f"created {path} (key {keys.current_id}): set ${ENV_KEY_FILE}={path} for every process of the store")
+    )
+
+
+@manifest_key.command("show")
+@_store_option
+@_json_option
+@click.pass_context
+def manifest_key_show(ctx: click.Context, as_json: bool) -> None:
+    """Where the store's manifest key ring comes from, and its key ids (never a secret)."""
+    with _opened(ctx) as vault:
+        keys = vault.catalog.manifest_keys
+        info = {
+            "source": keys.source,
+            "current": keys.current_id,
+            "retired": sorted(set(keys.key_ids) - {keys.current_id}),
+        }
+    if as_json:
+        _print_json(info)
+        return
+    retired = ", ".join(info["retired"]) or "none"
+    make_console().print(_text(f"{info['source']}: current key {info['current']}; retired: {retired}"))
+
+
+@manifest_key.command("rotate")
+@click.option("--drop-retired", is_flag=True, help="Then remove the retired keys (rows still MAC'd with one fail).")
+@_store_option
+@_json_option
+@click.pass_context
+def manifest_key_rotate(ctx: click.Context, drop_retired: bool, as_json: bool) -> None:
+    """Make a fresh key current and MAC every authentic row again with it.
+
+    Old keys keep verifying unless --drop-retired. Rows that fail their MAC are left
+    as they are (see 'refvault verify'); exit 1 if there are any, or if a retired key
+    could not be dropped because a row still uses it.
+    """
+    with _opened(ctx) as vault:
+        done = vault.rotate_manifest_key(drop_retired=drop_retired)
+    dropped = None if done.dropped is None else list(done.dropped)
+    if as_json:
+        _print_json({"key_id": done.key_id, "remacd": done.remacd, "failing": done.failing, "dropped": dropped})
+    else:
+        console = make_console()
+        console.print(_text(f"current key {done.key_id}: {plural(done.remacd, 'row')} MAC'd again", "bold"))
+        if drop_retired:
+            console.print(
+                _text(
+                    f"dropped: {', '.join(dropped) or 'none'}"
+                    if dropped is not None
+                    else "retired keys kept: a row still uses one (run again)"
+                )
+            )
+        if done.failing:
+            console.print(
+                _text(f"{plural(done.failing, 'row')} fail their MAC and were left: run 'refvault verify'", "bold red")
+            )
+    if done.failing or dropped is None:
+        ctx.exit(1)
 
 
 @main.command()
@@ -941,6 +1036,7 @@ def _attach_integrations() -> None:
     main.add_command(mcp_group)
     main.add_command(serve_command)
     main.add_command(keys_group)
+    main.add_command(manifest_key)
 
 
 _attach_integrations()

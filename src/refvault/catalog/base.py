@@ -18,6 +18,13 @@ Contract (checked for every backend by ``tests/test_conformance.py``):
   derivation never points at a missing source.
 * ``find`` matches the artifact id and all three scope components in one
   lookup, so an artifact of another scope and an absent one look the same.
+* Every artifact row and every derivation carries a MAC under the store's
+  manifest key (:mod:`refvault.catalog.macs`), made when the row is written and
+  checked wherever a row becomes a :class:`Manifest` (``find``, ``in_scope``,
+  ``manifests``, an idempotent replay) or a :class:`Derivation`
+  (``derivation``, ``derivations``, ``publish_derivation``): a row that fails is
+  an :class:`~refvault.errors.IntegrityError`, never a record. Only ``audit``
+  and ``audit_derivations`` hand out rows that fail, marked as such, for ``verify``.
 """
 
 from __future__ import annotations
@@ -25,14 +32,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from refvault.blobs.base import BlobKey
 from refvault.errors import IdempotencyConflict, RefvaultError
 from refvault.ids import namespace_of
 from refvault.model import RESOLVER, Descriptor, Disclosure, Scope, selectors_for
 
-__all__ = ["ApiKey", "BlobRecord", "Catalog", "Derivation", "Manifest", "Publication", "replay_or_conflict"]
+if TYPE_CHECKING:
+    from refvault.catalog.macs import ManifestKeys
+
+__all__ = [
+    "ApiKey",
+    "BlobRecord",
+    "Catalog",
+    "Derivation",
+    "Manifest",
+    "ManifestCheck",
+    "Publication",
+    "replay_or_conflict",
+]
 
 CHUNK_SIZE = 1 << 20
 
@@ -111,6 +130,25 @@ class Manifest:
                 "selectors": selectors_for(self.media_type),
             },
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestCheck:
+    """One artifact row as ``verify`` sees it, authentic or not: trust nothing here unless ``fault`` is None.
+
+    ``artifact_id``, ``tenant``, ``digest`` and ``namespace`` are the row's columns as
+    stored (the memory catalog stores no namespace: there it is the tenant's);
+    ``manifest`` is the decoded row (None if it cannot be decoded); ``fault`` is why
+    the row fails authentication (:meth:`~refvault.catalog.macs.ManifestKeys.fault`),
+    None if its MAC is valid.
+    """
+
+    artifact_id: str
+    tenant: str
+    digest: str
+    namespace: str
+    manifest: Manifest | None
+    fault: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +234,9 @@ def replay_or_conflict(existing: Manifest, new: Manifest) -> Manifest | None:
 class Catalog(Protocol):
     """Trusted manifest storage shared by every process that opens the store."""
 
+    manifest_keys: ManifestKeys
+    """The key ring every artifact row is MAC'd with (kept outside the catalog)."""
+
     def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
         """Publish a batch in one transaction; per item, the stored manifest or the error."""
 
@@ -212,7 +253,22 @@ class Catalog(Protocol):
         """Remove every artifact whose ``expires_at`` is at or before ``now``; return their ids."""
 
     def manifests(self) -> Iterator[Manifest]:
-        """Every artifact of every scope (for ``verify``)."""
+        """Every artifact of every scope, each authenticated (:class:`IntegrityError` at the first that is not)."""
+
+    def audit(self) -> Iterator[ManifestCheck]:
+        """Every artifact row as stored, in publication order, each with its authentication result (for ``verify``)."""
+
+    def rotate_manifest_key(self) -> str:
+        """Under the write lock, make a fresh manifest key current (the old one keeps verifying); return its id."""
+
+    def remac(self) -> tuple[int, int]:
+        """Re-MAC every authentic row not signed with the current key: (rows re-MAC'd, rows left as they fail)."""
+
+    def drop_retired_manifest_keys(self) -> list[str] | None:
+        """Under the write lock, drop the retired manifest keys if no authentic row uses one.
+
+        Returns the ids dropped, or None (nothing dropped) if some authentic row is still MAC'd with one.
+        """
 
     def blob_records(self) -> Iterator[BlobRecord]:
         """Every blob record, without inline bytes loaded eagerly where avoidable."""
@@ -237,7 +293,11 @@ class Catalog(Protocol):
     def derivation(self, source: BlobKey, kind: str) -> Derivation | None: ...
 
     def derivations(self) -> Iterator[Derivation]:
-        """Every derivation (for ``verify``)."""
+        """Every derivation, each authenticated (:class:`IntegrityError` at the first that is not)."""
+
+    def audit_derivations(self) -> Iterator[tuple[Derivation | None, BlobKey | None, str | None]]:
+        """Every derivation row as stored (for ``verify``): the record (None if unreadable), its source
+        blob key as stored (None if not a key), and why it fails its MAC (None if it does not)."""
 
     def publish_derivation(
         self, derivation: Derivation, blob: BlobRecord, make_visible: Callable[[], None]

@@ -1,7 +1,10 @@
 """In-memory catalog: the same contract as the SQL catalog, for tests and ephemeral use.
 
 One lock plays the role of the database write lock; reads take it too, so
-every operation sees a consistent state.
+every operation sees a consistent state. Rows and derivations carry their MAC like the
+SQL catalog's (:mod:`refvault.catalog.macs`, a key made per catalog unless one
+is given), checked by :meth:`MemoryCatalog._manifest` and
+:meth:`MemoryCatalog._derivation` wherever one is returned.
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from refvault.blobs.base import BlobKey
-from refvault.catalog.base import ApiKey, BlobRecord, Derivation, Manifest, Publication, replay_or_conflict
+from refvault.catalog.base import (
+    ApiKey,
+    BlobRecord,
+    Derivation,
+    Manifest,
+    ManifestCheck,
+    Publication,
+    replay_or_conflict,
+)
+from refvault.catalog.macs import ManifestKeys, derivation_error, manifest_error
 from refvault.errors import RefvaultError, StorageError
 from refvault.model import Scope
 
@@ -25,17 +37,19 @@ __all__ = ["MemoryCatalog"]
 class _Row:
     seq: int
     manifest: Manifest
+    mac: str | None
 
 
 class MemoryCatalog:
     """A :class:`~refvault.catalog.Catalog` held in process memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, manifest_keys: ManifestKeys | None = None) -> None:
+        self.manifest_keys = manifest_keys if manifest_keys is not None else ManifestKeys.ephemeral()
         self._lock = threading.RLock()
         self._seq = itertools.count(1)
         self._rows: dict[str, _Row] = {}
         self._blobs: dict[BlobKey, tuple[BlobRecord, float]] = {}
-        self._derivations: dict[tuple[BlobKey, str], Derivation] = {}
+        self._derivations: dict[tuple[BlobKey, str], tuple[Derivation, str | None]] = {}  # with its MAC
         self._api_keys: dict[str, ApiKey] = {}
         self._settings: dict[str, str] = {}
 
@@ -49,26 +63,36 @@ class MemoryCatalog:
         if m.idempotency_key is not None:
             for row in self._rows.values():
                 if row.manifest.scope == m.scope and row.manifest.idempotency_key == m.idempotency_key:
+                    existing = self._manifest(row)  # a holder that fails its MAC fails the publication
                     try:
-                        replayed = replay_or_conflict(row.manifest, m)
+                        replayed = replay_or_conflict(existing, m)
                     except RefvaultError as exc:
                         return exc
                     if replayed is not None:
                         return replayed
-                    row.manifest = replace(row.manifest, idempotency_key=None)  # expired: the key is free
+                    released = replace(row.manifest, idempotency_key=None)  # expired: the key is free
+                    # a new row object, so that a reader never sees the new manifest with the old MAC
+                    self._rows[released.artifact_id] = _Row(row.seq, released, self.manifest_keys.sign(released))
                     break
         previous = self._blobs.get(item.blob.key)
         record = item.blob
         if previous is not None and previous[0].chunk_digests:
             record = replace(record, chunk_size=previous[0].chunk_size, chunk_digests=previous[0].chunk_digests)
         self._blobs[item.blob.key] = (record, time.time())
-        self._rows[m.artifact_id] = _Row(next(self._seq), m)
+        self._rows[m.artifact_id] = _Row(next(self._seq), m, self.manifest_keys.sign(m))
         return m
+
+    def _manifest(self, row: _Row) -> Manifest:
+        """The row's manifest if its MAC authenticates it, else :class:`IntegrityError` (``kind="manifest"``)."""
+        fault = self.manifest_keys.fault(row.manifest, row.mac)
+        if fault is not None:
+            raise manifest_error(row.manifest.artifact_id, fault)
+        return row.manifest
 
     def find(self, scope: Scope, artifact_id: str) -> Manifest | None:
         with self._lock:
             row = self._rows.get(artifact_id)
-        return row.manifest if row is not None and row.manifest.scope == scope else None
+        return self._manifest(row) if row is not None and row.manifest.scope == scope else None
 
     def blob(self, key: BlobKey) -> BlobRecord | None:
         with self._lock:
@@ -92,7 +116,7 @@ class MemoryCatalog:
         with self._lock:
             rows = [row for row in self._rows.values() if row.manifest.scope == scope]
         rows.sort(key=lambda row: (row.manifest.created_at, row.seq), reverse=True)
-        return [row.manifest for row in rows]
+        return [self._manifest(row) for row in rows]
 
     def delete(self, scope: Scope, artifact_id: str) -> bool:
         with self._lock:
@@ -115,25 +139,87 @@ class MemoryCatalog:
 
     def manifests(self) -> Iterator[Manifest]:
         with self._lock:
-            return iter([row.manifest for row in sorted(self._rows.values(), key=lambda r: r.seq)])
+            return iter([self._manifest(row) for row in sorted(self._rows.values(), key=lambda r: r.seq)])
+
+    def audit(self) -> Iterator[ManifestCheck]:
+        with self._lock:
+            rows = sorted(self._rows.values(), key=lambda r: r.seq)
+        return iter(
+            [
+                ManifestCheck(
+                    row.manifest.artifact_id,
+                    row.manifest.scope.tenant,
+                    row.manifest.digest,
+                    row.manifest.key.namespace,
+                    row.manifest,
+                    self.manifest_keys.fault(row.manifest, row.mac),
+                )
+                for row in rows
+            ]
+        )
+
+    def rotate_manifest_key(self) -> str:
+        with self._lock:
+            return self.manifest_keys.rotate()
+
+    def remac(self) -> tuple[int, int]:
+        keys = self.manifest_keys
+        redone = failing = 0
+        with self._lock:
+            for row in self._rows.values():
+                if keys.fault(row.manifest, row.mac) is not None:
+                    failing += 1
+                elif keys.key_id(row.mac) != keys.current_id:
+                    row.mac = keys.sign(row.manifest)
+                    redone += 1
+            for link, (derivation, mac) in self._derivations.items():
+                if keys.fault(derivation, mac) is not None:
+                    failing += 1
+                elif keys.key_id(mac) != keys.current_id:
+                    self._derivations[link] = (derivation, keys.sign(derivation))
+                    redone += 1
+        return redone, failing
+
+    def drop_retired_manifest_keys(self) -> list[str] | None:
+        keys = self.manifest_keys
+        with self._lock:
+            signed: list[tuple[Manifest | Derivation, str | None]] = [(r.manifest, r.mac) for r in self._rows.values()]
+            signed += self._derivations.values()
+            for record, mac in signed:
+                if keys.key_id(mac) != keys.current_id and keys.fault(record, mac) is None:
+                    return None
+            return keys.drop_retired()
 
     def blob_records(self) -> Iterator[BlobRecord]:
         with self._lock:
             return iter([record for _, (record, _) in sorted(self._blobs.items())])
 
     def _referenced(self, key: BlobKey) -> bool:
-        return self._by_artifact(key) or any(d.key == key for d in self._derivations.values())
+        return self._by_artifact(key) or any(d.key == key for d, _ in self._derivations.values())
 
     def _by_artifact(self, key: BlobKey) -> bool:
         return any(row.manifest.key == key for row in self._rows.values())
 
+    def _derivation(self, entry: tuple[Derivation, str | None]) -> Derivation:
+        """The derivation if its MAC authenticates it, else :class:`IntegrityError` (``kind="manifest"``)."""
+        fault = self.manifest_keys.fault(*entry)
+        if fault is not None:
+            raise derivation_error(fault)
+        return entry[0]
+
     def derivation(self, source: BlobKey, kind: str) -> Derivation | None:
         with self._lock:
-            return self._derivations.get((source, kind))
+            entry = self._derivations.get((source, kind))
+        return None if entry is None else self._derivation(entry)
 
     def derivations(self) -> Iterator[Derivation]:
         with self._lock:
-            return iter([self._derivations[k] for k in sorted(self._derivations)])
+            return iter([self._derivation(self._derivations[k]) for k in sorted(self._derivations)])
+
+    def audit_derivations(self) -> Iterator[tuple[Derivation | None, BlobKey | None, str | None]]:
+        with self._lock:
+            entries = [self._derivations[k] for k in sorted(self._derivations)]
+        return iter([(d, d.source, self.manifest_keys.fault(d, mac)) for d, mac in entries])
 
     def publish_derivation(
         self, derivation: Derivation, blob: BlobRecord, make_visible: Callable[[], None]
@@ -141,7 +227,7 @@ class MemoryCatalog:
         with self._lock:
             existing = self._derivations.get((derivation.source, derivation.kind))
             if existing is not None:
-                return existing
+                return self._derivation(existing)
             if not self._by_artifact(derivation.source):
                 return None
             make_visible()
@@ -149,7 +235,7 @@ class MemoryCatalog:
             if previous is not None and previous[0].chunk_digests:
                 blob = replace(blob, chunk_size=previous[0].chunk_size, chunk_digests=previous[0].chunk_digests)
             self._blobs[blob.key] = (blob, time.time())
-            self._derivations[(derivation.source, derivation.kind)] = derivation
+            self._derivations[(derivation.source, derivation.kind)] = (derivation, self.manifest_keys.sign(derivation))
             return derivation
 
     def unreferenced(self, older_than: float) -> list[BlobKey]:

@@ -14,7 +14,17 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-__all__ = ["MIGRATIONS", "api_keys", "artifacts", "blobs", "derivations", "metadata", "migrations", "settings"]
+__all__ = [
+    "MAC_MIGRATION",
+    "MIGRATIONS",
+    "api_keys",
+    "artifacts",
+    "blobs",
+    "derivations",
+    "metadata",
+    "migrations",
+    "settings",
+]
 
 metadata = sa.MetaData()
 
@@ -42,6 +52,8 @@ artifacts = sa.Table(
     sa.Column("source_version", sa.Text, nullable=False),
     sa.Column("completeness", sa.Text, nullable=False),
     sa.Column("idempotency_key", sa.String(256)),
+    # ``v1:<key id>:<hex HMAC-SHA256>`` of the row (refvault.catalog.macs); added by migration 4.
+    sa.Column("mac", sa.String(128)),
     sa.UniqueConstraint("tenant", "user_name", "session", "idempotency_key", name="uq_refvault_idempotency"),
     sa.Index("ix_refvault_artifacts_scope", "tenant", "user_name", "session", "created_us", "seq"),
     sa.Index("ix_refvault_artifacts_blob", "namespace", "digest"),
@@ -73,6 +85,7 @@ derivations = sa.Table(
     sa.Column("derived_size", sa.BigInteger, nullable=False),
     sa.Column("info", sa.Text, nullable=False),
     sa.Column("created_us", sa.BigInteger, nullable=False),
+    sa.Column("mac", sa.String(128)),  # as refvault_artifacts.mac; added by migration 4
     sa.Index("ix_refvault_derivations_derived", "namespace", "derived_digest"),
 )
 
@@ -122,4 +135,15 @@ def _v3(conn: sa.Connection) -> None:
     metadata.create_all(conn, tables=[api_keys, settings])
 
 
-MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3)]
+def _v4(conn: sa.Connection) -> None:
+    """Manifest MACs, on artifacts and derivations. A catalog created by this version got the columns
+    from ``_v1``/``_v2``; the rows of an older one are MAC'd by
+    :meth:`refvault.catalog.sql.SqlCatalog._migrate` in the same transaction."""
+    inspector = sa.inspect(conn)
+    for table in (artifacts, derivations):
+        if "mac" not in {column["name"] for column in inspector.get_columns(table.name)}:
+            conn.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN mac VARCHAR(128)"))
+
+
+MAC_MIGRATION = 4
+MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (MAC_MIGRATION, _v4)]

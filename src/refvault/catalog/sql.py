@@ -33,6 +33,16 @@ before use; a write on a dead one fails once, with :class:`StorageError`, and th
 replaces every connection of that age).
 Database failures surface as :class:`~refvault.errors.StorageError` naming the
 error class, never the SQL or its parameters.
+
+**Manifest MACs** (:mod:`refvault.catalog.macs`). Every artifact row is written with
+its MAC (``_artifact_row``) and checked where it is decoded (:meth:`SqlCatalog._manifest`,
+the one place rows become manifests), together with its blob namespace (the tenant's).
+The key ring is found when the catalog opens: beside a SQLite file
+(``manifest-keys.json``, created if absent), from the environment for PostgreSQL
+(refused if absent). Migration 4 adds the ``mac`` column; the open that adds it MACs
+every existing row in the same transaction (trust on upgrade). Only an open that adds
+the column does so: a row whose MAC is later blanked, or a migration record later
+removed while the column stays, is never re-adopted.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ import threading
 import time
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -55,9 +65,28 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from refvault.blobs.base import BlobKey
-from refvault.catalog.base import ApiKey, BlobRecord, Derivation, Manifest, Publication, replay_or_conflict
-from refvault.catalog.schema import MIGRATIONS, api_keys, artifacts, blobs, derivations, migrations, settings
-from refvault.errors import InvalidArgument, RefvaultError, StorageError
+from refvault.catalog.base import (
+    ApiKey,
+    BlobRecord,
+    Derivation,
+    Manifest,
+    ManifestCheck,
+    Publication,
+    replay_or_conflict,
+)
+from refvault.catalog.macs import KEY_FILE, ManifestKeys, derivation_error, manifest_error, micros
+from refvault.catalog.schema import (
+    MAC_MIGRATION,
+    MIGRATIONS,
+    api_keys,
+    artifacts,
+    blobs,
+    derivations,
+    migrations,
+    settings,
+)
+from refvault.errors import IntegrityError, InvalidArgument, RefvaultError, StorageError
+from refvault.ids import namespace_of
 from refvault.model import Scope
 
 __all__ = ["POOL_OVERFLOW", "POOL_SIZE", "SqlCatalog"]
@@ -70,10 +99,7 @@ POOL_OVERFLOW = 24
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _us(moment: datetime) -> int:
-    return (moment - _EPOCH) // timedelta(microseconds=1)
+_us = micros
 
 
 def _from_us(value: int) -> datetime:
@@ -84,7 +110,8 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def _manifest(row: sa.Row[Any]) -> Manifest:
+def _decode(row: Any) -> Manifest:
+    """The manifest a row states (not yet authenticated: see :meth:`SqlCatalog._manifest`)."""
     return Manifest(
         artifact_id=row.artifact_id,
         scope=Scope(row.tenant, row.user_name, row.session),
@@ -139,7 +166,33 @@ def _upsert_blob(insert: Any) -> sa.Executable:
 
 _UPSERT_BLOB = {"sqlite": _upsert_blob(sqlite.insert), "postgresql": _upsert_blob(postgresql.insert)}
 _INSERT_ARTIFACT = artifacts.insert()
-_RELEASE_KEY = artifacts.update().where(artifacts.c.artifact_id == sa.bindparam("holder")).values(idempotency_key=None)
+_RELEASE_KEY = (
+    artifacts.update()
+    .where(artifacts.c.artifact_id == sa.bindparam("holder"))
+    .values(idempotency_key=None, mac=sa.bindparam("new_mac"))
+)
+_SET_MAC = (
+    artifacts.update()
+    .where(artifacts.c.seq == sa.bindparam("row_seq"), artifacts.c.mac == sa.bindparam("old_mac"))
+    .values(mac=sa.bindparam("new_mac"))
+)
+_ADOPT = artifacts.update().where(artifacts.c.seq == sa.bindparam("row_seq")).values(mac=sa.bindparam("new_mac"))
+_DERIVATION_ROW = sa.and_(
+    derivations.c.namespace == sa.bindparam("pk_ns"),
+    derivations.c.source_digest == sa.bindparam("pk_dg"),
+    derivations.c.kind == sa.bindparam("pk_kind"),
+)
+_ADOPT_DERIVATION = (
+    derivations.update().where(_DERIVATION_ROW, derivations.c.mac.is_(None)).values(mac=sa.bindparam("new_mac"))
+)
+_SET_DERIVATION_MAC = (
+    derivations.update()
+    .where(_DERIVATION_ROW, derivations.c.mac == sa.bindparam("old_mac"))
+    .values(mac=sa.bindparam("new_mac"))
+)
+# The fixed advisory lock of manifest key changes (rotation, dropping retired keys) on PostgreSQL.
+_MANIFEST_KEYS_LOCK = 0x7266766D6B657973  # "rfvmkeys"
+_REMAC_BATCH = 500
 _RECORD_CHUNKS = (
     blobs.update()
     .where(blobs.c.namespace == sa.bindparam("ns"), blobs.c.digest == sa.bindparam("dg"))
@@ -174,7 +227,8 @@ _DERIVATION = sa.select(derivations).where(
 )
 
 
-def _derivation(row: sa.Row[Any]) -> Derivation:
+def _decode_derivation(row: Any) -> Derivation:
+    """The derivation a row states (not yet authenticated: see :meth:`SqlCatalog._derivation`)."""
     return Derivation(
         source=BlobKey(row.namespace, row.source_digest),
         kind=row.kind,
@@ -251,8 +305,11 @@ class SqlCatalog:
     """A :class:`~refvault.catalog.Catalog` in a SQL database reached by a SQLAlchemy URL."""
 
     @classmethod
-    def for_file(cls, path: Path) -> SqlCatalog:
-        """The embedded catalog: a SQLite file, created private (0600), never through a symlink."""
+    def for_file(cls, path: Path, *, manifest_keys: ManifestKeys | None = None) -> SqlCatalog:
+        """The embedded catalog: a SQLite file, created private (0600), never through a symlink.
+
+        Its manifest key ring is ``manifest-keys.json`` in the same directory unless ``manifest_keys`` is given.
+        """
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
@@ -262,10 +319,15 @@ class SqlCatalog:
                 raise StorageError("the catalog path is not a regular file")
         finally:
             os.close(fd)
-        return cls(sa.engine.URL.create("sqlite", database=str(path)))
+        return cls(sa.engine.URL.create("sqlite", database=str(path)), manifest_keys=manifest_keys)
 
     def __init__(
-        self, url: str | sa.engine.URL, *, pool_size: int = POOL_SIZE, max_overflow: int = POOL_OVERFLOW
+        self,
+        url: str | sa.engine.URL,
+        *,
+        pool_size: int = POOL_SIZE,
+        max_overflow: int = POOL_OVERFLOW,
+        manifest_keys: ManifestKeys | None = None,
     ) -> None:
         """Open (and migrate) the catalog at ``url``: ``sqlite:///path`` or ``postgresql://...``.
 
@@ -275,9 +337,16 @@ class SqlCatalog:
         the overflow ones are closed after each use, so ``pool_size`` should cover
         the number of threads that read at once (``refvault serve`` caps its reads
         at :data:`refvault.server.app.READ_THREADS`, below ``POOL_SIZE``).
+
+        ``manifest_keys`` is the ring artifact rows are MAC'd with; by default a SQLite
+        file's is ``manifest-keys.json`` beside it (created if absent), an in-memory
+        SQLite database's is made afresh, and PostgreSQL's comes from
+        ``$REFVAULT_MANIFEST_KEY_FILE`` or ``$REFVAULT_MANIFEST_KEY``
+        (:meth:`ManifestKeys.from_environment`: :class:`StorageError` if neither is set).
         """
         self._closed = False
         target = _checked_url(url)
+        self.manifest_keys = manifest_keys if manifest_keys is not None else _default_keys(target)
         try:
             if target.get_backend_name() == "sqlite":
                 self._engine = sa.create_engine(
@@ -392,10 +461,87 @@ class SqlCatalog:
             newest = max(version for version, _ in MIGRATIONS)
             if applied and max(applied) > newest:
                 raise StorageError("the catalog was written by a newer refvault; upgrade refvault to open it")
+            # Trust on upgrade: rows are adopted only by the open that adds the MAC columns.
+            adopt = set() if MAC_MIGRATION in applied else _without_mac_column(conn)
             for version, migrate in MIGRATIONS:
                 if version not in applied:
                     migrate(conn)
                     conn.execute(migrations.insert().values(version=version, applied_us=_now_us()))
+            if artifacts.name in adopt:
+                self._adopt(conn)
+            if derivations.name in adopt:
+                self._adopt_derivations(conn)
+
+    def _adopt(self, conn: sa.Connection) -> None:
+        """MAC every row of a catalog written before manifest MACs, as it stands (in the migration transaction).
+
+        A row that cannot be decoded, or whose blob namespace is not its tenant's, is left without a MAC (it fails).
+        """
+        after = 0
+        while True:
+            rows = conn.execute(
+                sa.select(artifacts).where(artifacts.c.seq > after).order_by(artifacts.c.seq).limit(_REMAC_BATCH)
+            ).all()
+            if not rows:
+                return
+            after = rows[-1].seq
+            updates = []
+            for row in rows:
+                try:
+                    manifest = _decode(row)
+                except _UNREADABLE:
+                    continue
+                if row.namespace == manifest.key.namespace:
+                    updates.append({"row_seq": row.seq, "new_mac": self.manifest_keys.sign(manifest)})
+            if updates:
+                conn.execute(_ADOPT, updates)
+
+    def _adopt_derivations(self, conn: sa.Connection) -> None:
+        """MAC every derivation of a catalog written before MACs (one per record artifact's blob: few)."""
+        updates = []
+        for row in conn.execute(sa.select(derivations)).all():
+            try:
+                derivation = _decode_derivation(row)
+            except _UNREADABLE:
+                continue
+            updates.append({**_derivation_pk(row), "new_mac": self.manifest_keys.sign(derivation)})
+        if updates:
+            conn.execute(_ADOPT_DERIVATION, updates)
+
+    def _manifest(self, row: Any) -> Manifest:
+        """The authenticated manifest of a row: :class:`IntegrityError` (``kind="manifest"``) if it fails.
+
+        Every manifest this catalog returns comes through here (see the module docstring).
+        """
+        manifest, fault = self._authenticated(row)
+        if fault is None and manifest is not None and row.namespace != namespace_of(manifest.scope.tenant):
+            fault = "its blob key is in another tenant's namespace"
+        if fault is not None or manifest is None:
+            raise manifest_error(row.artifact_id, fault or "its manifest row cannot be read")
+        return manifest
+
+    def _derivation(self, row: Any) -> Derivation:
+        """The authenticated derivation of a row: :class:`IntegrityError` (``kind="manifest"``) if it fails."""
+        derivation, _, fault = self._authenticated_derivation(row)
+        if fault is not None or derivation is None:
+            raise derivation_error(fault or "its derived-data record cannot be read")
+        return derivation
+
+    def _authenticated_derivation(self, row: Any) -> tuple[Derivation | None, BlobKey | None, str | None]:
+        """The derivation a row states (None if unreadable), its source key as stored, and why its MAC fails it."""
+        try:
+            derivation = _decode_derivation(row)
+        except _UNREADABLE:
+            return None, None, "its derived-data record cannot be read"
+        return derivation, derivation.source, self.manifest_keys.fault(derivation, row.mac)
+
+    def _authenticated(self, row: Any) -> tuple[Manifest | None, str | None]:
+        """The manifest a row states (None if it cannot be decoded) and why its MAC fails it (None if it does not)."""
+        try:
+            manifest = _decode(row)
+        except _UNREADABLE:
+            return None, "its manifest row cannot be read"
+        return manifest, self.manifest_keys.fault(manifest, row.mac)
 
     # -- writing -----------------------------------------------------------------
 
@@ -425,7 +571,7 @@ class SqlCatalog:
                         row = conn.execute(
                             _FIND_KEY, {**_scope_params(m.scope), "idempotency_key": m.idempotency_key}
                         ).first()
-                        existing = None if row is None else _manifest(row)
+                        existing = None if row is None else self._manifest(row)
                     if existing is not None:
                         try:
                             replayed = replay_or_conflict(existing, m)
@@ -435,10 +581,14 @@ class SqlCatalog:
                         if replayed is not None:
                             results.append(replayed)
                             continue
-                        conn.execute(_RELEASE_KEY, {"holder": existing.artifact_id})  # expired: key is free
+                        released = replace(existing, idempotency_key=None)  # expired: the key is free
+                        conn.execute(
+                            _RELEASE_KEY,
+                            {"holder": existing.artifact_id, "new_mac": self.manifest_keys.sign(released)},
+                        )
                     claimed[(m.scope, m.idempotency_key)] = m
                 blob_rows.append(_blob_row(item.blob, now))
-                artifact_rows.append(_artifact_row(m))
+                artifact_rows.append(_artifact_row(m, self.manifest_keys.sign(m)))
                 results.append(m)
             if blob_rows:
                 conn.execute(self._upsert_blob, blob_rows)
@@ -514,7 +664,7 @@ class SqlCatalog:
             self._lock(conn, {_blob_lock(source), _blob_lock(blob.key)})
             row = conn.execute(_DERIVATION, params).first()
             if row is not None:
-                return _derivation(row)
+                return self._derivation(row)
             if not conn.execute(sa.select(referenced)).scalar():
                 return None
             make_visible()
@@ -529,6 +679,7 @@ class SqlCatalog:
                     derived_size=derivation.size,
                     info=_json(derivation.info),
                     created_us=now,
+                    mac=self.manifest_keys.sign(derivation),
                 )
             )
         return derivation
@@ -538,7 +689,7 @@ class SqlCatalog:
     @_translated
     def find(self, scope: Scope, artifact_id: str) -> Manifest | None:
         row = self._one(_FIND, {**_scope_params(scope), "artifact_id": artifact_id})
-        return None if row is None else _manifest(row)
+        return None if row is None else self._manifest(row)
 
     @_translated
     def blob(self, key: BlobKey) -> BlobRecord | None:
@@ -556,7 +707,7 @@ class SqlCatalog:
     @_translated
     def derivation(self, source: BlobKey, kind: str) -> Derivation | None:
         row = self._one(_DERIVATION, {"ns": source.namespace, "dg": source.digest, "kind": kind})
-        return None if row is None else _derivation(row)
+        return None if row is None else self._derivation(row)
 
     @_translated
     def derivations(self) -> Iterator[Derivation]:
@@ -564,7 +715,15 @@ class SqlCatalog:
             rows = conn.execute(
                 sa.select(derivations).order_by(derivations.c.namespace, derivations.c.source_digest)
             ).all()
-        return iter([_derivation(row) for row in rows])
+        return iter([self._derivation(row) for row in rows])
+
+    @_translated
+    def audit_derivations(self) -> Iterator[tuple[Derivation | None, BlobKey | None, str | None]]:
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(derivations).order_by(derivations.c.namespace, derivations.c.source_digest)
+            ).all()
+        return iter([self._authenticated_derivation(row) for row in rows])
 
     @_translated
     def in_scope(self, scope: Scope) -> list[Manifest]:
@@ -574,13 +733,95 @@ class SqlCatalog:
                 .where(_scope_match(scope))
                 .order_by(artifacts.c.created_us.desc(), artifacts.c.seq.desc())
             ).all()
-        return [_manifest(row) for row in rows]
+        return [self._manifest(row) for row in rows]
 
     @_translated
     def manifests(self) -> Iterator[Manifest]:
         with self._read() as conn:
             rows = conn.execute(sa.select(artifacts).order_by(artifacts.c.seq)).all()
-        return iter([_manifest(row) for row in rows])
+        return iter([self._manifest(row) for row in rows])
+
+    @_translated
+    def audit(self) -> Iterator[ManifestCheck]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(artifacts).order_by(artifacts.c.seq)).all()
+        return iter(
+            [
+                ManifestCheck(row.artifact_id, row.tenant, row.digest, row.namespace, *self._authenticated(row))
+                for row in rows
+            ]
+        )
+
+    # -- the manifest key ----------------------------------------------------------
+
+    @_translated
+    def rotate_manifest_key(self) -> str:
+        """Rotate under the write lock: a SQLite writer that commits after this signs with the new key.
+
+        (Writers re-read a changed key file inside their own write transaction. On PostgreSQL,
+        publications take no global lock: a process that has not yet seen the new file signs
+        with the old key, which still verifies.)
+        """
+        with self._write() as conn, conn.begin():
+            self._lock(conn, {_MANIFEST_KEYS_LOCK})
+            return self.manifest_keys.rotate()
+
+    @_translated
+    def remac(self) -> tuple[int, int]:
+        """Batches of rows, each in its own write transaction; a row changed meanwhile is left for the next run."""
+        keys = self.manifest_keys
+        keys.refresh()
+        current = keys.current_id
+        redone = failing = 0
+        with self._write() as conn, conn.begin():  # derivations: one per record artifact's blob, few
+            updates = []
+            for row in conn.execute(sa.select(derivations)).all():
+                derivation, _, fault = self._authenticated_derivation(row)
+                if fault is not None or derivation is None:
+                    failing += 1
+                elif keys.key_id(row.mac) != current:
+                    updates.append({**_derivation_pk(row), "old_mac": row.mac, "new_mac": keys.sign(derivation)})
+            if updates:
+                conn.execute(_SET_DERIVATION_MAC, updates)
+                redone += len(updates)
+        after = 0
+        while True:
+            with self._write() as conn, conn.begin():
+                rows = conn.execute(
+                    sa.select(artifacts).where(artifacts.c.seq > after).order_by(artifacts.c.seq).limit(_REMAC_BATCH)
+                ).all()
+                if not rows:
+                    return redone, failing
+                after = rows[-1].seq
+                updates = []
+                for row in rows:
+                    try:
+                        manifest = self._manifest(row)
+                    except IntegrityError:
+                        failing += 1
+                        continue
+                    if keys.key_id(row.mac) != current:
+                        updates.append({"row_seq": row.seq, "old_mac": row.mac, "new_mac": keys.sign(manifest)})
+                if updates:
+                    conn.execute(_SET_MAC, updates)
+                    redone += len(updates)
+
+    @_translated
+    def drop_retired_manifest_keys(self) -> list[str] | None:
+        keys = self.manifest_keys
+        with self._write() as conn, conn.begin():
+            self._lock(conn, {_MANIFEST_KEYS_LOCK})
+            keys.refresh()
+            current = keys.current_id
+            for table in (artifacts, derivations):
+                stale = conn.execute(
+                    sa.select(table).where(sa.not_(table.c.mac.startswith(f"v1:{current}:", autoescape=True)))
+                )
+                for row in stale:
+                    check = self._authenticated if table is artifacts else self._authenticated_derivation
+                    if check(row)[-1] is None:  # an authentic row still MAC'd with a retired key
+                        return None
+            return keys.drop_retired()
 
     @_translated
     def blob_records(self) -> Iterator[BlobRecord]:
@@ -660,6 +901,34 @@ class SqlCatalog:
         self._engine.dispose()
 
 
+# What decoding a row edited behind refvault's back may raise (bad JSON, bad names, absurd times).
+_UNREADABLE = (ValueError, TypeError, OverflowError, RecursionError, KeyError)
+
+
+def _without_mac_column(conn: sa.Connection) -> set[str]:
+    """The tables (of artifacts and derivations) that exist and have no ``mac`` column yet."""
+    inspector = sa.inspect(conn)
+    missing = set()
+    for table in (artifacts, derivations):
+        # a fresh catalog: its tables are created with the column, and hold no rows to adopt
+        columns = inspector.get_columns(table.name) if inspector.has_table(table.name) else [{"name": "mac"}]
+        if not any(column["name"] == "mac" for column in columns):
+            missing.add(table.name)
+    return missing
+
+
+def _derivation_pk(row: Any) -> dict[str, Any]:
+    return {"pk_ns": row.namespace, "pk_dg": row.source_digest, "pk_kind": row.kind}
+
+
+def _default_keys(target: sa.engine.URL) -> ManifestKeys:
+    if target.get_backend_name() != "sqlite":
+        return ManifestKeys.from_environment()
+    if not target.database or target.database == ":memory:":
+        return ManifestKeys.ephemeral()
+    return ManifestKeys.for_store(Path(target.database).parent / KEY_FILE)
+
+
 def _checked_url(url: str | sa.engine.URL) -> sa.engine.URL:
     """A SQLite or PostgreSQL URL; bare ``postgresql://``/``postgres://`` means psycopg 3."""
     try:
@@ -715,8 +984,9 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _artifact_row(m: Manifest) -> dict[str, Any]:
+def _artifact_row(m: Manifest, mac: str) -> dict[str, Any]:
     return {
+        "mac": mac,
         "artifact_id": m.artifact_id,
         "tenant": m.scope.tenant,
         "user_name": m.scope.user,

@@ -19,10 +19,16 @@ page N costs what page 1 costs. Invariants, each enforced here and tested in
   a later rotation has dropped the key).
 * **Bound to what it pages.** :func:`bind` and :func:`check` tie a cursor to
   the artifact (id + content hash), the normalised selection (filter,
-  projection, order, limit, range), the caller (scope digest), an expiry and a
+  projection, order, record range), the caller (scope digest), an expiry and a
   keyset position. Reusing it for anything else raises
   :class:`~refvault.errors.InvalidCursor` with the reason (``artifact``,
   ``query``, ``caller``); signature and expiry are checked first.
+* **The page size is not bound.** The position is a keyset (the index of the
+  next record, or the last record returned in the order), never a count of
+  records or pages, so the next page is the same whatever ``limit`` it asks
+  for: a caller may change ``limit`` from one page to the next, and the walk
+  still has no gap and no repeat (``tests/security/test_cursor_binding.py``).
+  Every page's ``limit`` is checked and capped as on a first page.
 * **Never authorisation.** A valid cursor proves only that this vault issued it
   for that binding. Callers check scope, expiry, disclosure and integrity of
   the artifact on every use, exactly as without a cursor.
@@ -88,8 +94,8 @@ _FILE_FORMAT = "refvault.cursor-keys"
 _FILE_VERSION = 1
 _BINDING_MESSAGES = {
     "artifact": "the cursor was issued for another artifact or another version of it; query again without a cursor",
-    "query": "the cursor was issued for a different selection (where, fields, order, limit or record_range); "
-    "repeat the original selection or query again without a cursor",
+    "query": "the cursor was issued for a different selection (where, fields, order or record_range; the limit "
+    "may change between pages); repeat the original selection or query again without a cursor",
     "caller": "the cursor was issued to another caller; query again without a cursor",
 }
 BINDING_KEYS = tuple(_BINDING_MESSAGES)  # check order: artifact, query, caller
@@ -336,36 +342,49 @@ class KeyRing:
         return cls(keys, grace=timedelta(seconds=grace))
 
     @classmethod
-    def load_or_create(cls, path: Path, *, now: datetime) -> KeyRing:
-        """The ring stored at ``path``, or a new one created there (0600) if there is none.
+    def load_or_create(
+        cls,
+        path: Path,
+        *,
+        now: datetime,
+        grace: timedelta = timedelta(hours=24),
+        what: str = "cursor key",
+    ) -> KeyRing:
+        """The ring stored at ``path``, or a new one (with ``grace``) created there (0600) if there is none.
 
         Concurrent callers all get the same ring. A symbolic link, a non-regular
         file, a file readable by others or a malformed ring raises
-        :class:`~refvault.errors.StorageError`.
+        :class:`~refvault.errors.StorageError`. ``what`` names the file in error
+        messages (the manifest keys of :mod:`refvault.catalog.macs` use the same files).
         """
         _aware(now, "now")
         path = Path(path)
         for _ in range(5):
             try:
-                return _read_ring(path)
+                return _read_ring(path, what)
             except FileNotFoundError:
                 pass
-            ring = cls.generate(now=now)
-            if _publish_new(path, ring.to_json().encode("ascii")):
+            ring = cls.generate(now=now, grace=grace)
+            if _publish_new(path, ring.to_json().encode("ascii"), what):
                 return ring
             # another process published first: read theirs
-        raise StorageError(errno.EAGAIN, "the cursor key file keeps disappearing while it is created")
+        raise StorageError(errno.EAGAIN, f"the {what} file keeps disappearing while it is created")
 
-    def save(self, path: Path) -> None:
+    @classmethod
+    def load(cls, path: Path, *, what: str = "cursor key") -> KeyRing:
+        """The ring stored at ``path``, checked as by :meth:`load_or_create`; :class:`FileNotFoundError` if none."""
+        return _read_ring(Path(path), what)
+
+    def save(self, path: Path, *, what: str = "cursor key") -> None:
         """Atomically replace the file at ``path`` with this ring (0600); a symlink there is replaced, not followed."""
         path = Path(path)
-        temp = _write_temp(path, self.to_json().encode("ascii"))
+        temp = _write_temp(path, self.to_json().encode("ascii"), what)
         try:
             os.replace(temp, path)
         except OSError as exc:
             _unlink_quietly(temp)
-            raise _storage_error("replacing the cursor key file", exc) from None
-        _fsync_dir(path.parent)
+            raise _storage_error(f"replacing the {what} file", exc) from None
+        _fsync_dir(path.parent, what)
 
     # -- tokens --
 
@@ -503,7 +522,7 @@ def _storage_error(action: str, exc: OSError) -> StorageError:
     return StorageError(exc.errno or errno.EIO, f"{action} failed: {exc.strerror or type(exc).__name__}")
 
 
-def _read_ring(path: Path) -> KeyRing:
+def _read_ring(path: Path, what: str = "cursor key") -> KeyRing:
     """Read the ring at ``path``; FileNotFoundError if there is none, StorageError if it is unsafe or malformed."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -511,38 +530,38 @@ def _read_ring(path: Path) -> KeyRing:
         raise
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise StorageError(errno.ELOOP, "the cursor key file is a symbolic link; refusing to follow it") from None
-        raise _storage_error("opening the cursor key file", exc) from None
+            raise StorageError(errno.ELOOP, f"the {what} file is a symbolic link; refusing to follow it") from None
+        raise _storage_error(f"opening the {what} file", exc) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise StorageError("the cursor key path is not a regular file")
+            raise StorageError(f"the {what} path is not a regular file")
         if info.st_mode & 0o077:
-            raise StorageError("the cursor key file is accessible to other users; it must be 0600")
+            raise StorageError(f"the {what} file is accessible to other users; it must be 0600")
         if info.st_size > _MAX_KEY_FILE_BYTES:
-            raise StorageError("the cursor key file is too large to be a key ring")
+            raise StorageError(f"the {what} file is too large to be a key ring")
         chunks = []
         total = 0
         while chunk := os.read(fd, 65536):
             chunks.append(chunk)
             total += len(chunk)
             if total > _MAX_KEY_FILE_BYTES:
-                raise StorageError("the cursor key file is too large to be a key ring")
+                raise StorageError(f"the {what} file is too large to be a key ring")
     except StorageError:
         raise
     except OSError as exc:
-        raise _storage_error("reading the cursor key file", exc) from None
+        raise _storage_error(f"reading the {what} file", exc) from None
     finally:
         os.close(fd)
     try:
         return KeyRing.from_json(b"".join(chunks).decode("utf-8"))
     except UnicodeDecodeError:
-        raise StorageError("the cursor key file is not UTF-8 text") from None
+        raise StorageError(f"the {what} file is not UTF-8 text") from None
     except InvalidArgument as exc:
-        raise StorageError(f"the cursor key file is malformed: {exc}") from None
+        raise StorageError(f"the {what} file is malformed: {exc}") from None
 
 
-def _write_temp(path: Path, data: bytes) -> Path:
+def _write_temp(path: Path, data: bytes, what: str = "cursor key") -> Path:
     """A fully written, fsynced private temporary next to ``path``."""
     for _ in range(3):
         temp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
@@ -552,9 +571,9 @@ def _write_temp(path: Path, data: bytes) -> Path:
         except FileExistsError:
             continue
         except OSError as exc:
-            raise _storage_error("creating the cursor key file", exc) from None
+            raise _storage_error(f"creating the {what} file", exc) from None
     else:  # pragma: no cover - three 64-bit name collisions
-        raise StorageError(errno.EEXIST, "cannot create a temporary cursor key file")
+        raise StorageError(errno.EEXIST, f"cannot create a temporary {what} file")
     try:
         try:
             os.fchmod(fd, 0o600)
@@ -566,22 +585,22 @@ def _write_temp(path: Path, data: bytes) -> Path:
             os.close(fd)
     except OSError as exc:
         _unlink_quietly(temp)
-        raise _storage_error("writing the cursor key file", exc) from None
+        raise _storage_error(f"writing the {what} file", exc) from None
     return temp
 
 
-def _publish_new(path: Path, data: bytes) -> bool:
+def _publish_new(path: Path, data: bytes, what: str = "cursor key") -> bool:
     """Publish ``data`` at ``path`` unless something is already there; True if this call created the file."""
-    temp = _write_temp(path, data)
+    temp = _write_temp(path, data, what)
     try:
         os.link(temp, path)
     except FileExistsError:
         return False
     except OSError as exc:
-        raise _storage_error("publishing the cursor key file", exc) from None
+        raise _storage_error(f"publishing the {what} file", exc) from None
     finally:
         _unlink_quietly(temp)
-    _fsync_dir(path.parent)
+    _fsync_dir(path.parent, what)
     return True
 
 
@@ -590,7 +609,7 @@ def _unlink_quietly(path: Path) -> None:
         os.unlink(path)
 
 
-def _fsync_dir(directory: Path) -> None:
+def _fsync_dir(directory: Path, what: str = "cursor key") -> None:
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
@@ -598,4 +617,4 @@ def _fsync_dir(directory: Path) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        raise _storage_error("fsync of the cursor key directory", exc) from None
+        raise _storage_error(f"fsync of the {what} directory", exc) from None

@@ -22,6 +22,12 @@ Invariants, and where each is enforced and tested:
 * **Verified reads.** See :mod:`refvault.vault.verified`: every byte returned
   was checked against digests held in the catalog; damage raises
   :class:`IntegrityError` and returns nothing bad.
+* **Authentic manifests.** Every manifest the vault acts on comes from the
+  catalog, which checks each row's MAC under a key kept outside it
+  (:mod:`refvault.catalog.macs`): an edited, moved or forged row is an
+  :class:`IntegrityError` on every read, and ``verify`` reports every such row
+  and every artifact whose blob is not in its own tenant's namespace
+  (``tests/security/test_manifest_integrity.py``).
 * **Bad input loses nothing.** All metadata is validated before the first
   byte is read; a failed put leaves at worst a temporary that ``gc`` removes.
 """
@@ -42,6 +48,7 @@ from typing import Any, TypeVar
 
 from refvault.blobs.base import BlobKey, BlobStore
 from refvault.catalog.base import Catalog, Derivation, Manifest, Publication
+from refvault.catalog.macs import ManifestKeys
 from refvault.errors import (
     Expired,
     IntegrityError,
@@ -50,6 +57,7 @@ from refvault.errors import (
     NotFound,
     RefvaultError,
     StorageError,
+    shown_id,
 )
 from refvault.ids import check_artifact_id, is_artifact_id, namespace_of, new_artifact_id
 from refvault.model import (
@@ -69,7 +77,7 @@ from refvault.vault.commit import GroupCommit, Pending
 from refvault.vault.ingest import ingest
 from refvault.vault.verified import ArtifactStream, VerifiedBlob
 
-__all__ = ["DEFAULT_GRACE", "AuditRecord", "GcReport", "Problem", "Vault", "VerifyReport"]
+__all__ = ["DEFAULT_GRACE", "AuditRecord", "GcReport", "KeyRotation", "Problem", "Vault", "VerifyReport"]
 
 T = TypeVar("T")
 
@@ -103,9 +111,16 @@ class AuditRecord:
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """A blob that failed ``verify``, and the artifacts that point at it."""
+    """Something ``verify`` found wrong, and the artifacts it concerns.
 
-    kind: str  # "missing" | "corrupt"
+    ``kind`` is ``"missing"`` or ``"corrupt"`` for a blob (``digest``) and every
+    artifact that points at it, ``"manifest"`` for one artifact row that fails its
+    MAC (altered, forged, moved or blanked), ``"misplaced"`` for one row whose blob
+    key is in another tenant's namespace. ``digest`` is the one the row names
+    (empty if it is not a digest).
+    """
+
+    kind: str  # "missing" | "corrupt" | "manifest" | "misplaced"
     digest: str
     detail: str
     artifact_ids: tuple[str, ...]
@@ -124,6 +139,21 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not self.problems
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRotation:
+    """What :meth:`Vault.rotate_manifest_key` did.
+
+    ``remacd`` rows were MAC'd again with the new key ``key_id``; ``failing`` rows
+    fail their MAC and were left as they are (``verify`` lists them). ``dropped``
+    lists the retired keys removed when asked to, or is None if one was still in use.
+    """
+
+    key_id: str
+    remacd: int
+    failing: int
+    dropped: tuple[str, ...] | None = ()
 
 
 @dataclass(slots=True)
@@ -236,6 +266,7 @@ class Vault:
         blobs: str | os.PathLike[str] | None = None,
         s3_endpoint: str | None = None,
         s3_region: str | None = None,
+        manifest_keys: ManifestKeys | None = None,
         **options: Any,
     ) -> Vault:
         """Open a store, embedded or scaled out.
@@ -246,19 +277,25 @@ class Vault:
         * A ``postgresql://`` URL opens a PostgreSQL catalog; ``blobs`` then says
           where the bytes live: ``s3://bucket/prefix`` (any S3-compatible service;
           ``s3_endpoint``/``s3_region`` or ``$REFVAULT_S3_ENDPOINT``/``$AWS_REGION``,
-          credentials from the usual AWS environment) or a shared directory.
+          credentials from the usual AWS environment) or a shared directory. Its
+          manifest key ring comes from ``$REFVAULT_MANIFEST_KEY_FILE`` or
+          ``$REFVAULT_MANIFEST_KEY`` and must be the same in every process of the
+          store (:mod:`refvault.catalog.macs`); without one the store is refused.
+          An embedded store keeps its own in ``manifest-keys.json``.
 
         With no ``location``: ``$REFVAULT_CATALOG`` (with ``$REFVAULT_BLOBS``), else
-        ``$REFVAULT_STORE``, else ``./.refvault``. ``options`` go to the :class:`Vault` constructor.
+        ``$REFVAULT_STORE``, else ``./.refvault``. ``manifest_keys`` overrides where the
+        manifest key ring comes from (e.g. ``ManifestKeys.from_file(path)``); ``options``
+        go to the :class:`Vault` constructor.
         """
         where = _location(location)
         if where == "memory://":
             from refvault.blobs.memory import MemoryBlobStore
             from refvault.catalog.memory import MemoryCatalog
 
-            return cls(MemoryBlobStore(), MemoryCatalog(), **options)
+            return cls(MemoryBlobStore(), MemoryCatalog(manifest_keys=manifest_keys), **options)
         if where.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
-            return cls._open_scaled(where, blobs, s3_endpoint, s3_region, options)
+            return cls._open_scaled(where, blobs, s3_endpoint, s3_region, manifest_keys, options)
         if "://" in where:
             raise InvalidArgument(
                 "unsupported store location: give a directory path, 'memory://' or a postgresql:// URL"
@@ -273,7 +310,7 @@ class Vault:
         root = Path(where)
         store = FilesystemBlobStore(root)
         try:
-            catalog = SqlCatalog.for_file(root.resolve() / "catalog.db")
+            catalog = SqlCatalog.for_file(root.resolve() / "catalog.db", manifest_keys=manifest_keys)
         except BaseException:
             store.close()
             raise
@@ -288,6 +325,7 @@ class Vault:
         blobs: str | os.PathLike[str] | None,
         s3_endpoint: str | None,
         s3_region: str | None,
+        manifest_keys: ManifestKeys | None,
         options: dict[str, Any],
     ) -> Vault:
         from refvault.catalog.sql import SqlCatalog
@@ -311,7 +349,7 @@ class Vault:
 
             store = FilesystemBlobStore(Path(where))
         try:
-            catalog = SqlCatalog(catalog_url)
+            catalog = SqlCatalog(catalog_url, manifest_keys=manifest_keys)
         except BaseException:
             store.close()
             raise
@@ -535,7 +573,9 @@ class Vault:
 
     def derived(self, scope: Scope, artifact_id: str, kind: str) -> Derivation | None:
         """The derivative of ``kind`` recorded for an artifact visible in ``scope``, if any."""
-        return self.catalog.derivation(self._manifest(scope, artifact_id).key, kind)
+        manifest = self._manifest(scope, artifact_id)
+        with _naming(manifest.artifact_id):
+            return self.catalog.derivation(manifest.key, kind)
 
     def put_derived(self, scope: Scope, artifact_id: str, kind: str, data: object, info: dict[str, Any]) -> Derivation:
         """Store bytes derived from an artifact's bytes, linked to its blob; return the derivation kept.
@@ -557,7 +597,8 @@ class Vault:
             visible = True
 
         try:
-            kept = self.catalog.publish_derivation(draft, record, make_visible)
+            with _naming(manifest.artifact_id):
+                kept = self.catalog.publish_derivation(draft, record, make_visible)
         finally:
             if not visible and got.writer is not None:
                 got.writer.abort()
@@ -576,8 +617,12 @@ class Vault:
     # -- maintenance -------------------------------------------------------------
 
     def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-        """Re-read and re-hash every blob; report missing or corrupt ones with artifact ids.
+        """Check every manifest row's MAC, then re-read and re-hash every blob; report problems with artifact ids.
 
+        Every row is checked: one that fails its MAC is a ``manifest`` problem, one
+        whose blob key is outside its tenant's namespace a ``misplaced`` one, and the
+        blob of every row that can be decoded is looked for in the row's own tenant's
+        namespace (``missing``/``corrupt``), whatever the row's namespace column says.
         ``progress(done_bytes, total_bytes)`` is called as blobs are checked. A
         blob that goes missing because its artifacts were deleted and collected
         while ``verify`` ran is not a problem and is not reported.
@@ -586,18 +631,38 @@ class Vault:
             raise StorageError("this vault is closed")
         by_key: dict[BlobKey, list[str]] = {}
         sizes: dict[BlobKey, int] = {}
-        for m in self.catalog.manifests():
-            by_key.setdefault(m.key, []).append(m.artifact_id)
+        owners: dict[BlobKey, list[tuple[Scope, str]]] = {}
+        report = VerifyReport()
+        for row in self.catalog.audit():
+            report.artifacts += 1
+            shown = shown_id(row.artifact_id)
+            digest = row.digest if _is_digest(row.digest) else ""
+            if row.fault is not None:
+                detail = f"artifact {shown} failed verification: {row.fault}"
+                report.problems.append(Problem("manifest", digest, detail, (shown,)))
+            m = row.manifest
+            if m is None or not digest:
+                continue
+            if row.namespace != m.key.namespace:
+                detail = f"artifact {shown} failed verification: its blob key is in another tenant's namespace"
+                report.problems.append(Problem("misplaced", digest, detail, (shown,)))
+            by_key.setdefault(m.key, []).append(shown)
+            owners.setdefault(m.key, []).append((m.scope, m.artifact_id))
             sizes[m.key] = m.size
-        report = VerifyReport(artifacts=sum(len(ids) for ids in by_key.values()))
-        for d in self.catalog.derivations():  # a derivative is named by the artifacts of its source
-            by_key.setdefault(d.key, []).extend(by_key.get(d.source, []))
-            sizes[d.key] = d.size
+        for d, source, fault in self.catalog.audit_derivations():  # named by the artifacts of its source
+            names = by_key.get(source, []) if source is not None else []
+            if fault is not None:
+                detail = f"a derivation failed verification: {fault}"
+                digest = source.digest if source is not None else ""
+                report.problems.append(Problem("manifest", digest, detail, tuple(sorted(set(names))) or ("(derived)",)))
+            if d is not None:
+                by_key.setdefault(d.key, []).extend(names)
+                sizes[d.key] = d.size
         total = sum(sizes.values())
         for key in sorted(by_key):
             ids = tuple(sorted(set(by_key[key])))
             problem = self._check_blob(key, sizes[key], ids or ("(derived)",))
-            if problem is not None and (problem.kind != "missing" or self.catalog.is_referenced(key)):
+            if problem is not None and (problem.kind != "missing" or self._still_named(key, owners.get(key, []))):
                 report.problems.append(problem)
             report.blobs_checked += 1
             report.bytes_checked += sizes[key]
@@ -605,6 +670,22 @@ class Vault:
                 progress(report.bytes_checked, total)
         report.unreferenced = sum(1 for key in iter(self.blobs.keys()) if key not in by_key)
         return report
+
+    def _still_named(self, key: BlobKey, owners: Sequence[tuple[Scope, str]]) -> bool:
+        """Whether a missing blob is still named by a row or a derivation (not deleted and collected meanwhile).
+
+        Asked of the rows themselves, not only of the catalog's blob references, which
+        follow the rows' namespace column: a row moved to another tenant still counts.
+        """
+        if self.catalog.is_referenced(key):
+            return True
+        for scope, artifact_id in owners:
+            try:
+                if self.catalog.find(scope, artifact_id) is not None:
+                    return True
+            except IntegrityError:
+                return True  # the row is still there (and reported as a manifest problem)
+        return False
 
     def _check_blob(self, key: BlobKey, size: int, ids: tuple[str, ...]) -> Problem | None:
         try:
@@ -619,6 +700,26 @@ class Vault:
             blob.close()
         return None
 
+    def rotate_manifest_key(self, *, drop_retired: bool = False) -> KeyRotation:
+        """Make a fresh manifest key current, then MAC every authentic row again with it.
+
+        Rows MAC'd with the old key keep verifying throughout (the old key stays in the
+        ring, retired). Rows that fail their MAC are left as they are: a rotation never
+        launders an edit. With ``drop_retired``, the retired keys are then removed if no
+        authentic row still uses one: from then on a row MAC'd with one fails. The ring
+        is rewritten where it is kept (``manifest-keys.json``, ``$REFVAULT_MANIFEST_KEY_FILE``);
+        a ring given in ``$REFVAULT_MANIFEST_KEY`` cannot be rotated here (:class:`StorageError`).
+        """
+        if self._closed:
+            raise StorageError("this vault is closed")
+        key_id = self.catalog.rotate_manifest_key()
+        remacd, failing = self.catalog.remac()
+        dropped: tuple[str, ...] | None = ()
+        if drop_retired:
+            gone = self.catalog.drop_retired_manifest_keys()
+            dropped = None if gone is None else tuple(gone)
+        return KeyRotation(key_id, remacd, failing, dropped)
+
     def gc(self, *, grace: float | None = None, dry_run: bool = False) -> GcReport:
         """Remove expired artifacts, then blobs and temporaries unreferenced for ``grace`` seconds.
 
@@ -631,9 +732,11 @@ class Vault:
         _check_grace(grace)
         report = GcReport(dry_run=dry_run)
         now = self.clock()
-        if dry_run:
+        if dry_run:  # what delete_expired would remove: rows by their expiry, authentic or not
             report.expired = [
-                m.artifact_id for m in self.catalog.manifests() if m.expires_at is not None and m.expires_at <= now
+                row.artifact_id
+                for row in self.catalog.audit()
+                if row.manifest is not None and row.manifest.expires_at is not None and row.manifest.expires_at <= now
             ]
         else:
             report.expired = self.catalog.delete_expired(now)
@@ -678,6 +781,20 @@ class Vault:
 MAX_GRACE = 100 * 365 * 86400.0
 
 
+@contextmanager
+def _naming(artifact_id: str) -> Iterator[None]:
+    """Name the artifact in the error of a derivation record that fails its MAC (the catalog cannot)."""
+    try:
+        yield
+    except IntegrityError as exc:
+        if exc.kind != "manifest":
+            raise
+        raise IntegrityError(
+            f"artifact {shown_id(artifact_id)} failed verification: its derived-data record fails its MAC",
+            kind="manifest",
+        ) from None
+
+
 def _location(location: str | os.PathLike[str] | None) -> str:
     if location is not None:
         where = os.fspath(location)
@@ -691,6 +808,10 @@ def _location(location: str | os.PathLike[str] | None) -> str:
 def _check_grace(grace: object) -> None:
     if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= MAX_GRACE:
         raise InvalidArgument("grace must be a number of seconds between 0 and 100 years")
+
+
+def _is_digest(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 def _is_count(value: object) -> bool:
