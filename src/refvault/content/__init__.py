@@ -1,4 +1,4 @@
-"""Materialising binary tool content (DESIGN.md idea 2): store every binary part, hand back references.
+"""Materialising binary tool content: store every binary part, hand back references.
 
 ::
 
@@ -22,6 +22,20 @@ embedded ``resource`` blob block becomes a ``resource_link`` block::
 URI as scheme, host and path; the block's ``_meta``; the resource's ``_meta``,
 each scrubbed).
 
+**Inline parts.** Base64-encoded bytes inside any string of the result (text,
+an embedded text resource, ``structuredContent``, ``_meta``; not dict keys, not
+a typed part's own field), as :func:`refvault.content.encoded.find_encoded`
+defines them (a ``data:`` URL, or a run of 128+ base64 characters decoding to
+binary), are parts too: stored, and replaced where they are by the part's
+``refvault://`` URI. Each gets a ``resource_link`` appended to ``content``
+(after the blocks that were there, which keep their indices) whose ``_meta`` has
+``"content_type": "inline"``, ``found_in`` (``content[i]``, ``structuredContent``,
+``_meta``, ...), ``encoding`` (``data_url`` | ``base64``), ``inline_index`` and,
+inside a content block, its ``content_index``. A span that is a copy of a typed
+part's base64 is that part (its URI replaces it); spans decoding to the same
+bytes are one part. Tested in ``tests/security/test_gateway_base64.py``
+(``test_inline_parts_keep_the_materialisation_invariants``).
+
 Invariants, each stated once, with where it is enforced and tested
 (``tests/test_materialize.py`` runs on the memory and embedded backends;
 ``tests/test_content_review.py`` holds the adversarial review's cases, ``f*``):
@@ -44,7 +58,7 @@ Invariants, each stated once, with where it is enforced and tested
   ``test_low_information_spans_are_kept``, ``test_names_and_uris_carrying_*``,
   the hypothesis test ``test_random_mixes`` and ``test_f1``-``test_f4``, ``test_f19``.
 * **Everything is checked before the first write.** The call's arguments and
-  scope, the number of binary parts (``Limits.max_parts``, 1000), every
+  scope, the number of binary parts, inline ones included (``Limits.max_parts``, 1000), every
   block's shape, strict canonical base64 (no whitespace, no URL-safe
   alphabet, no non-zero padding bits), empty parts, the per-part (64 MiB) and
   per-result (128 MiB) limits on decoded bytes (computed from the encoded
@@ -84,11 +98,12 @@ Invariants, each stated once, with where it is enforced and tested
   ``test_fallback_names_use_the_index_and_the_stored_type``.
 * **One moment, one order.** All parts of one result share one ``created_at``,
   also across a retry (the first part's replayed capture gives it); parts are
-  stored in content order; ``content_index`` is the block's index in
+  stored in content order (a block's typed part, then what it holds inline;
+  inline parts outside ``content`` last); ``content_index`` is the block's index in
   ``content``. Tested by ``test_one_created_at_and_content_index`` and
   ``test_a_retry_after_a_partial_failure_keeps_one_created_at``.
 * **Idempotent.** Each part's idempotency key is derived from
-  (``tool_call_id``, ``content_index``) alone, so a retry returns the same
+  (``tool_call_id``, ``content_index``) alone (``inline.<n>`` for the n-th inline part), so a retry returns the same
   artifact ids and stores nothing new (the same id with other bytes is refused).
   Tested by ``test_retry_dedups``, ``test_retry_with_other_bytes_under_the_same_call_is_refused``
   and ``test_random_mixes``.

@@ -12,12 +12,13 @@ import hashlib
 import json
 import re
 import unicodedata
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar, overload
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from refvault.content.encoded import find_encoded
 from refvault.content.scrub import Scrubber
 from refvault.content.sniff import MediaTypeFacts, classify, extension_for, name_for_type
 from refvault.errors import (
@@ -75,16 +76,35 @@ class Limits:
 
 
 @dataclass(frozen=True, slots=True)
+class _Inline:
+    """Where base64-encoded bytes were found inside a string of the result (an inline part)."""
+
+    number: int  # its place among the result's inline parts, in result order
+    found_in: str  # "content[3]", "structuredContent", "_meta", ...
+    encoding: str  # "data_url" | "base64"
+
+
+@dataclass(frozen=True, slots=True)
 class _Part:
     """One binary part, checked and decoded, ready to store."""
 
-    index: int
-    kind: str  # "image" | "audio" | "resource"
+    index: int  # the content block it is (typed) or was found in (inline); -1 outside content
+    kind: str  # "image" | "audio" | "resource" | "inline"
     encoded: str
     data: bytes
     facts: MediaTypeFacts
     filename: str
     source_uri: str | None
+    inline: _Inline | None = None
+
+    @property
+    def slot(self) -> int | str:
+        """What names the part within its result: its content index, or ``inline.<number>``."""
+        return self.index if self.inline is None else f"inline.{self.inline.number}"
+
+    @property
+    def label(self) -> str:
+        return _label(self.index, self.kind, self.inline)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +116,22 @@ class _Located:
     encoded: str
     declared: str | None
     uri: object
+    inline: _Inline | None = None
+
+    @property
+    def label(self) -> str:
+        return _label(self.index, self.kind, self.inline)
+
+    @property
+    def content_index(self) -> int | None:
+        return self.index if self.index >= 0 else None
+
+
+def _label(index: int, kind: str, inline: _Inline | None) -> str:
+    """How messages name a part: ``content part 3 (image)`` or ``inline part 0 (base64 in structuredContent)``."""
+    if inline is None:
+        return f"content part {index} ({kind})"
+    return f"inline part {inline.number} ({inline.encoding} in {inline.found_in})"
 
 
 # -- the entry point ------------------------------------------------------------------------------------------------
@@ -159,7 +195,7 @@ async def materialize(
     if not parts:
         return await asyncio.to_thread(_unchanged, wire, rebuild)
     created_at = target.clock()
-    stored: dict[int, Descriptor] = {}
+    stored: dict[int | str, Descriptor] = {}
     for part in parts:
         await _checkpoint()
         descriptor = await _store(
@@ -176,7 +212,7 @@ async def materialize(
         if not stored:
             # A retry replays the first part with the moment of its first capture: later parts share it.
             created_at = descriptor.created_at
-        stored[part.index] = descriptor
+        stored[part.slot] = descriptor
     await _checkpoint()
     del part
     parts = [replace(each, data=b"") for each in parts]  # the bytes are stored: let them go
@@ -314,11 +350,17 @@ def _is_binary(block: object) -> bool:
 def _preflight(wire: Mapping[str, Any], limits: Limits) -> list[_Part]:
     """Check every binary part (cheap checks for all, then decoding for all); return them decoded, in order.
 
+    The parts are the typed ones (image, audio and embedded blob blocks) and the
+    inline ones: base64-encoded bytes inside any string of the result, as
+    :func:`refvault.content.encoded.find_encoded` defines them (see
+    :func:`_inline_parts`). Order: content blocks in order, each block's typed
+    part before what was found inside it, then the other top-level fields.
+
     Also refused here, before any write: a result nested deeper than
     ``MAX_DEPTH`` outside ``structuredContent`` (which is omitted instead), a
     block of an unknown kind carrying ``data`` or ``blob``, and a block naming a
-    ``refvault://`` URI (only refvault mints those). The number of parts is
-    checked before this (:func:`_check_part_count`).
+    ``refvault://`` URI (only refvault mints those). The number of typed parts
+    is checked before this (:func:`_check_part_count`), that of all parts here.
     """
     content = wire.get("content")
     if not isinstance(content, list | tuple):
@@ -326,7 +368,14 @@ def _preflight(wire: Mapping[str, Any], limits: Limits) -> list[_Part]:
     for key, value in wire.items():
         if key != "structuredContent" and _too_deep(value, 0 if key == "content" else 1):
             raise InvalidResult(f"the tool result's '{key}' is nested more than {MAX_DEPTH} levels deep; refused")
-    located = [found for index, block in enumerate(content) if (found := _locate(index, block)) is not None]
+    typed = [found for index, block in enumerate(content) if (found := _locate(index, block)) is not None]
+    inline = _inline_parts(wire, typed)
+    if len(typed) + len(inline) > limits.max_parts:
+        raise TooLarge(
+            f"this result has {len(typed) + len(inline)} binary parts ({len(inline)} of them base64 inside its "
+            f"strings), over the limit of {limits.max_parts} parts per result; refused, nothing was stored"
+        )
+    located = sorted([*typed, *inline], key=_result_order(content))
     total = 0
     for found in located:
         size = _decoded_size(found, limits)
@@ -334,11 +383,83 @@ def _preflight(wire: Mapping[str, Any], limits: Limits) -> list[_Part]:
         if total > limits.per_result:
             raise TooLarge(
                 f"the binary parts of this result exceed the per-result limit of {limits.per_result} bytes "
-                f"(at content part {found.index}); refused, not truncated",
-                content_index=found.index,
+                f"(at {found.label}); refused, not truncated",
+                content_index=found.content_index,
             )
     decoded = [_decoded(found) for found in located]
     return _named(decoded, located)
+
+
+def _result_order(content: Sequence[Any]) -> Callable[[_Located], tuple[int, int, int]]:
+    """Sort key: content blocks in order (a typed part before what its block holds inline), then the rest."""
+
+    def key(found: _Located) -> tuple[int, int, int]:
+        if found.inline is None:
+            return (found.index, 0, 0)
+        place = found.index if found.index >= 0 else len(content)
+        return (place, 1, found.inline.number)
+
+    return key
+
+
+def _inline_parts(wire: Mapping[str, Any], typed: Sequence[_Located]) -> list[_Located]:
+    """The base64-encoded bytes inside the result's strings that become parts of their own, in result order.
+
+    Every string value is searched (dict keys are not: they are only scrubbed),
+    except a typed part's own base64 (an image or audio block's ``data``, an
+    embedded blob's ``blob``) and a ``structuredContent`` nested too deep (it is
+    omitted). Order: content blocks in order, then the other top-level fields
+    in the order the result has them; within a value depth first, in the
+    value's own order; within a string left to right. A span that is a copy (or
+    a piece) of a typed part's base64 is not a part: the scrubber replaces it
+    with that part's URI. Spans decoding to the same bytes are one part.
+    """
+    places: list[tuple[int, str, Any]] = []
+    for index, block in enumerate(wire["content"]):
+        places.append((index, f"content[{index}]", _without_typed_payload(block)))
+    for key, value in wire.items():
+        if key == "content" or (key == "structuredContent" and _too_deep(value)):
+            continue
+        shown = key if isinstance(key, str) and _FIELD_NAME.fullmatch(key) else "a top-level field"
+        places.append((-1, shown, value))
+    copies = Scrubber([(found.encoded, "") for found in typed]) if typed else None
+    parts: dict[str, _Located] = {}
+    for index, found_in, value in places:
+        for text in _strings(value):
+            for span in find_encoded(text):
+                if span.canonical in parts or (copies is not None and copies.traced(text[span.start : span.end])):
+                    continue
+                inline = _Inline(len(parts), found_in, span.kind)
+                parts[span.canonical] = _Located(index, "inline", span.canonical, span.declared, None, inline)
+    return list(parts.values())
+
+
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,31}")
+
+
+def _without_typed_payload(block: object) -> object:
+    """A content block without the base64 field that makes it a typed part (that part is located on its own)."""
+    if not isinstance(block, Mapping):
+        return block
+    if block.get("type") in BINARY_KINDS:
+        return {key: value for key, value in block.items() if key != "data"}
+    resource = block.get("resource")
+    if block.get("type") == "resource" and isinstance(resource, Mapping) and "blob" in resource:
+        return {**block, "resource": {key: value for key, value in resource.items() if key != "blob"}}
+    return block
+
+
+def _strings(value: object) -> Iterator[str]:
+    """Every string value inside ``value`` (not dict keys), depth first, in the value's own order."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, Mapping):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed(item))
 
 
 def _too_deep(value: object, depth: int = 0) -> bool:
@@ -424,9 +545,9 @@ def _declared(index: int, value: str) -> str:
 
 def _decoded_size(found: _Located, limits: Limits) -> int:
     """The exact decoded size of canonical base64, from its length alone (nothing decoded yet)."""
-    encoded, index = found.encoded, found.index
+    encoded, index = found.encoded, found.content_index
     if not encoded:
-        raise EmptyPart(f"content part {index} ({found.kind}) holds no bytes", content_index=index)
+        raise EmptyPart(f"{found.label} holds no bytes", content_index=index)
     if len(encoded) % 4:
         raise InvalidResult(
             f"content part {index} is not valid base64 (length not a multiple of 4)", content_index=index
@@ -435,7 +556,7 @@ def _decoded_size(found: _Located, limits: Limits) -> int:
     size = len(encoded) // 4 * 3 - padding
     if size > limits.per_part:
         raise TooLarge(
-            f"content part {index} ({found.kind}) is {size} bytes, over the per-part limit of {limits.per_part} "
+            f"{found.label} is {size} bytes, over the per-part limit of {limits.per_part} "
             "bytes; refused, not truncated",
             content_index=index,
         )
@@ -443,16 +564,16 @@ def _decoded_size(found: _Located, limits: Limits) -> int:
 
 
 def _decoded(found: _Located) -> _Part:
-    index = found.index
-    data = _strict_b64decode(found.encoded, index)
+    data = _strict_b64decode(found.encoded, found.content_index, None if found.inline is None else found.label)
     if not data:
-        raise EmptyPart(f"content part {index} ({found.kind}) holds no bytes", content_index=index)
+        raise EmptyPart(f"{found.label} holds no bytes", content_index=found.content_index)
     facts = classify(found.declared, data, found.kind)
-    return _Part(index, found.kind, found.encoded, data, facts, "", None)
+    return _Part(found.index, found.kind, found.encoded, data, facts, "", None, found.inline)
 
 
-def _strict_b64decode(encoded: str, index: int) -> bytes:
+def _strict_b64decode(encoded: str, index: int | None, label: str | None = None) -> bytes:
     """Standard-alphabet, padded, canonical base64 only: no whitespace, no URL-safe characters, no stray bits."""
+    what = label or f"content part {index}"
     try:
         if len(encoded) <= DECODE_CHUNK:
             data = binascii.a2b_base64(encoded, strict_mode=True)
@@ -464,12 +585,10 @@ def _strict_b64decode(encoded: str, index: int) -> bytes:
                 for start in range(0, len(encoded), DECODE_CHUNK)
             )
     except (binascii.Error, ValueError):
-        raise InvalidResult(f"content part {index} is not valid base64", content_index=index) from None
+        raise InvalidResult(f"{what} is not valid base64", content_index=index) from None
     tail = len(data) % 3 or 3
     if binascii.b2a_base64(data[-tail:], newline=False).decode("ascii") != encoded[-4:]:
-        raise InvalidResult(
-            f"content part {index} is not canonical base64 (non-zero padding bits)", content_index=index
-        )
+        raise InvalidResult(f"{what} is not canonical base64 (non-zero padding bits)", content_index=index)
     return data
 
 
@@ -486,13 +605,15 @@ def _named(parts: list[_Part], located: Sequence[_Located]) -> list[_Part]:
         for media_type in {part.facts.declared, part.facts.stored} - {None}:
             if scrub.traced(str(media_type)):
                 raise InvalidResult(
-                    f"content part {part.index} declares a media type that carries the base64 of a part",
-                    content_index=part.index,
+                    f"{part.label} declares a media type that carries the base64 of a part",
+                    content_index=part.index if part.index >= 0 else None,
                 )
         name = safe_filename(found.uri)
         if name is not None and scrub.traced(name):
             name = None
-        if name is None:
+        if name is None and part.inline is not None:
+            name = f"inline-{part.inline.number:03d}.{extension_for(part.facts.stored)}"
+        elif name is None:
             name = f"content-{part.index:03d}.{extension_for(part.facts.stored)}"
         else:
             name = _capped(name_for_type(name, part.facts.stored))
@@ -578,8 +699,11 @@ def _source_uri(uri: object) -> str | None:
 # -- storing --------------------------------------------------------------------------------------------------------
 
 
-def idempotency_key(tool_call_id: str, content_index: int) -> str:
-    """The key that makes a retried part replay: derived from (tool_call_id, content_index) only."""
+def idempotency_key(tool_call_id: str, content_index: int | str) -> str:
+    """The key that makes a retried part replay: derived from (tool_call_id, content_index) only.
+
+    An inline part's ``content_index`` is ``inline.<number>`` (its place among the result's inline parts).
+    """
     digest = hashlib.sha256(b"refvault.materialize\x00" + tool_call_id.encode("ascii")).hexdigest()[:40]
     return f"materialize:{digest}:{content_index}"
 
@@ -596,12 +720,7 @@ async def _store(
     created_at: datetime,
     already: int,
 ) -> Descriptor:
-    source_version: dict[str, Any] = {
-        "provenance": provenance,
-        "content_index": part.index,
-        "content_type": part.kind,
-        **part.facts.as_json(),
-    }
+    source_version: dict[str, Any] = {"provenance": provenance, **_where(part), **part.facts.as_json()}
     if part.source_uri is not None:
         source_version["source_uri"] = part.source_uri
     write = asyncio.to_thread(
@@ -615,40 +734,65 @@ async def _store(
         source_version=source_version,
         completeness={"status": "complete", "omissions": []},
         filename=part.filename,
-        idempotency_key=idempotency_key(tool_call_id, part.index),
+        idempotency_key=idempotency_key(tool_call_id, part.slot),
         created_at=created_at,
     )
     try:
         return await _uninterrupted(write)
     except IdempotencyConflict as exc:
         raise MaterializationError(
-            f"content part {part.index} differs from what this tool_call_id stored before ({exc}); "
+            f"{_stored_label(part)} differs from what this tool_call_id stored before ({exc}); "
             "materialise each tool call under its own tool_call_id; do not re-issue the tool call",
-            content_index=part.index,
+            content_index=part.index if part.index >= 0 else None,
         ) from exc
     except Exception as exc:
         raise MaterializationError(
-            f"storing content part {part.index} failed ({type(exc).__name__}: {exc}); {already} earlier part(s) "
+            f"storing {_stored_label(part)} failed ({type(exc).__name__}: {exc}); {already} earlier part(s) "
             "were stored and a retry with the same tool_call_id reuses them; do not re-issue the tool call",
-            content_index=part.index,
+            content_index=part.index if part.index >= 0 else None,
         ) from exc
+
+
+def _stored_label(part: _Part) -> str:
+    return f"content part {part.index}" if part.inline is None else part.label
+
+
+def _where(part: _Part) -> dict[str, Any]:
+    """Where a part was in its result (recorded in ``source_version`` and in the link's ``_meta``)."""
+    if part.inline is None:
+        return {"content_index": part.index, "content_type": part.kind}
+    where: dict[str, Any] = {"content_index": part.index} if part.index >= 0 else {}
+    return {
+        **where,
+        "content_type": "inline",
+        "found_in": part.inline.found_in,
+        "encoding": part.inline.encoding,
+        "inline_index": part.inline.number,
+    }
 
 
 # -- projection -----------------------------------------------------------------------------------------------------
 
 
 def _project(
-    wire: Mapping[str, Any], parts: Sequence[_Part], stored: Mapping[int, Descriptor], limits: Limits
+    wire: Mapping[str, Any], parts: Sequence[_Part], stored: Mapping[int | str, Descriptor], limits: Limits
 ) -> dict[str, Any]:
-    scrub = Scrubber([(part.encoded, URI_SCHEME + stored[part.index].artifact_id) for part in parts])
-    by_index = {part.index: part for part in parts}
+    """The result with typed parts as links, every copy of any part's base64 replaced by its URI.
+
+    Inline parts are replaced where they were (by the scrubber, which finds them as
+    copies) and get a ``resource_link`` each, appended to ``content`` in part order:
+    the blocks that were there keep their indices.
+    """
+    scrub = Scrubber([(part.encoded, URI_SCHEME + stored[part.slot].artifact_id) for part in parts])
+    by_index = {part.index: part for part in parts if part.inline is None}
+    appended = [_link({}, part, stored[part.slot], scrub) for part in parts if part.inline is not None]
     projected: dict[str, Any] = {}
     for key, value in wire.items():
         if key == "content":
             projected[key] = [
                 _link(block, by_index[i], stored[i], scrub) if i in by_index else scrub(block)
                 for i, block in enumerate(value)
-            ]
+            ] + appended
         elif key == "structuredContent":
             projected[key] = _too_deep_note() if _too_deep(value) else _bounded(scrub(value), limits.structured_content)
         else:
@@ -660,9 +804,8 @@ def _link(block: Mapping[str, Any], part: _Part, descriptor: Descriptor, scrub: 
     artifact_id = descriptor.artifact_id
     meta: dict[str, Any] = {
         "sha256": descriptor.content_hash.removeprefix("sha256:"),
-        "content_index": part.index,
+        **_where(part),
         "artifact_id": artifact_id,
-        "content_type": part.kind,
         "disclosure": descriptor.disclosure,
         **part.facts.as_json(),
     }
@@ -678,6 +821,12 @@ def _link(block: Mapping[str, Any], part: _Part, descriptor: Descriptor, scrub: 
         if descriptor.disclosure == "sealed"
         else "read or load it by id with the refvault tools if its content is needed"
     )
+    what = (
+        f"{part.kind} content"
+        if part.inline is None
+        else f"base64 data ({'a data: URL' if part.inline.encoding == 'data_url' else 'a base64 string'}) "
+        f"in {part.inline.found_in}, now shown there as its refvault:// URI,"
+    )
     link: dict[str, Any] = {
         "type": "resource_link",
         "uri": URI_SCHEME + artifact_id,
@@ -685,7 +834,7 @@ def _link(block: Mapping[str, Any], part: _Part, descriptor: Descriptor, scrub: 
         "mimeType": descriptor.media_type,
         "size": descriptor.size,
         "description": (
-            f"{part.kind} content stored by refvault as {artifact_id} ({descriptor.media_type}, "
+            f"{what} stored by refvault as {artifact_id} ({descriptor.media_type}, "
             f"{descriptor.size} bytes); the bytes are not shown here; {how}"
         ),
         "_meta": meta,

@@ -16,7 +16,8 @@ each tested in ``tests/test_previews.py``:
   ``omits`` what it does not; ``complete`` is true only when the preview shows
   the whole artifact (then ``omits`` is ``"nothing"``).
 * **Work bounded by the budget, not the artifact.** Beyond O(n) C-speed passes
-  (counting newlines), a preview touches O(``max_chars``) bytes of text, visits
+  (counting newlines; finding base64 spans, at most 4 KiB decoded per span, in
+  the text and in each string shown), a preview touches O(``max_chars``) bytes of text, visits
   O(budget) nodes of a JSON value (a 10,000-deep or 100,000-key document is
   fine: nothing recurses), and parses JSON bytes only up to ``JSON_PARSE_LIMIT``
   (larger documents are previewed as text, with a ``note``).
@@ -26,6 +27,15 @@ each tested in ``tests/test_previews.py``:
 * **Never content where it must not be.** Binary artifacts and sealed artifacts
   get type and size only: no bytes, no base64. Text is decoded with
   ``errors="replace"`` and cut only at line ends or UTF-8 character boundaries.
+* **Never base64 of binary.** Base64-encoded bytes inside shown text, JSON
+  strings and keys, record values and field names (what
+  :func:`refvault.content.encoded.find_encoded` finds: ``data:`` URLs, runs of
+  128+ base64 characters decoding to binary) are shown as
+  ``[base64 omitted: <media type>, <size> bytes]``, found in the whole string or
+  artifact so a span cut by the budget is still replaced whole; a text head or
+  tail cut inside one extends to its edge. Such a preview is never ``complete``
+  and says so in ``covers`` and ``omits``; :func:`truncation` counts them in
+  ``placeholders``. Tested in ``tests/security/test_gateway_base64.py``.
 
 Lines are numbered from 0 and split at ``\\n`` only (a ``\\r`` before it stays
 part of the line's text); an artifact has ``count("\\n")`` lines, plus one if it
@@ -41,12 +51,14 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Literal, cast
 
+from refvault.content.encoded import MIN_DATA_URL_CHARS, find_encoded, mask, placeholder
 from refvault.errors import InvalidArgument
 from refvault.model import Descriptor
 from refvault.read._access import base_type, is_records, is_text
@@ -209,6 +221,35 @@ def _clean(text: str, limit: int) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
+class _Masker:
+    """Shows strings with base64-encoded bytes (:mod:`refvault.content.encoded`) as placeholders, for one preview.
+
+    ``masked`` counts the strings shown masked since it was last reset (each build of a
+    preview resets it, so it describes what that build shows); results are cached per string.
+    """
+
+    def __init__(self) -> None:
+        self.masked = 0
+        self._cache: dict[str, str | None] = {}  # a string -> how it is shown (None: as it is)
+
+    def __call__(self, text: str) -> str:
+        if len(text) < MIN_DATA_URL_CHARS:
+            return text
+        if text in self._cache:
+            shown = self._cache[text]
+        else:
+            masked, count = mask(text)
+            shown = self._cache[text] = masked if count else None
+        if shown is None:
+            return text
+        self.masked += 1
+        return shown
+
+
+def _shown(text: str, masker: _Masker | None) -> str:
+    return text if masker is None else masker(text)
+
+
 def _is_continuation(data: bytes, offset: int) -> bool:
     return 0 <= offset < len(data) and 0x80 <= data[offset] <= 0xBF
 
@@ -336,6 +377,44 @@ class _Text:
             self.lines: int | None = self.newlines + (1 if data and not data.endswith(b"\n") else 0)
         else:
             self.lines = None
+        # Base64-encoded bytes (refvault.content.encoded) are shown as placeholders: byte spans, sorted.
+        # Latin-1 maps each byte to one character, so positions are byte offsets (the spans are ASCII).
+        found = find_encoded(data.decode("latin-1")) if len(data) >= MIN_DATA_URL_CHARS else []
+        self.spans = [(each.start, each.end, placeholder(each)) for each in found]
+        self.span_ends = [end for _, end, _ in self.spans]
+
+    def show(self, start: int, end: int) -> str:
+        """The text of bytes ``[start, end)``, each base64 span touching them shown as its placeholder."""
+        first = bisect_right(self.span_ends, start)
+        if first == len(self.spans) or self.spans[first][0] >= end:
+            return _decode(self.data[start:end])
+        pieces: list[str] = []
+        cursor = start
+        for span_start, span_end, shown in self.spans[first:]:
+            if span_start >= end:
+                break
+            if span_start > cursor:
+                pieces.append(_decode(self.data[cursor:span_start]))
+            pieces.append(shown)
+            cursor = span_end
+        if cursor < end:
+            pieces.append(_decode(self.data[cursor:end]))
+        return "".join(pieces)
+
+    def masked(self, ranges: list[tuple[int, int]]) -> int:
+        """How many base64 spans touch any of the byte ranges (so are shown as placeholders there)."""
+        return sum(
+            1
+            for start, end, _ in self.spans
+            if any(start < stop and begin < end for begin, stop in ranges if begin < stop)
+        )
+
+    def span_around(self, offset: int) -> tuple[int, int] | None:
+        """The base64 span strictly containing ``offset`` (start < offset < end), if any."""
+        index = bisect_right(self.span_ends, offset)
+        if index < len(self.spans) and self.spans[index][0] < offset:
+            return self.spans[index][0], self.spans[index][1]
+        return None
 
     def line_of(self, offset: int) -> int:
         """Index of the line holding byte ``offset`` (= newlines before it); counts the shorter side."""
@@ -366,7 +445,7 @@ class _Text:
                 end = len(data)
             else:
                 end = newline + 1
-            piece = _decode(data[pos:end])
+            piece = self.show(pos, end)
             cost = _esc_len(piece)
             if used + cost > budget:
                 break
@@ -391,7 +470,7 @@ class _Text:
                 line_start = floor
             else:
                 break
-            piece = _decode(data[line_start:start])
+            piece = self.show(line_start, start)
             cost = _esc_len(piece)
             if used + cost > budget:
                 break
@@ -408,14 +487,17 @@ class _Text:
         """
         data = self.data
         low, high = start, min(stop, start + budget)
-        while low < high:  # largest end that fits (escaped length grows with the end)
+        while low < high:  # largest end that fits (the shown length never shrinks as the end grows)
             mid = (low + high + 1) // 2
-            if _esc_len(_decode(data[start:mid])) <= budget:
+            if _esc_len(self.show(start, mid)) <= budget:
                 low = mid
             else:
                 high = mid - 1
         end = low if low == stop else _back_to_boundary(data, low)
-        return _decode(data[start:end]), end
+        around = self.span_around(end)
+        if around is not None and around[1] <= stop:
+            end = around[1]  # the placeholder stands for the whole span
+        return self.show(start, end), end
 
     def cut_suffix(self, floor: int, budget: int) -> tuple[str, int]:
         """The longest text ending at the end, starting on a character boundary ``>= floor``, fitting ``budget``."""
@@ -424,12 +506,15 @@ class _Text:
         low, high = max(floor, end - budget), end
         while low < high:  # smallest start that fits
             mid = (low + high) // 2
-            if _esc_len(_decode(data[mid:end])) <= budget:
+            if _esc_len(self.show(mid, end)) <= budget:
                 high = mid
             else:
                 low = mid + 1
         start = _forward_to_boundary(data, low)
-        return _decode(data[start:end]), start
+        around = self.span_around(start)
+        if around is not None and around[0] >= floor:
+            start = around[0]  # the placeholder stands for the whole span
+        return self.show(start, end), start
 
     def lines_words(self, start: int, end: int) -> str:
         """``lines a-b`` for bytes ``[start, end)``, saying which end lines are only partly included."""
@@ -489,7 +574,7 @@ def _text_preview(
         if budget <= 0:
             return _text_nothing_shown(result, geometry, artifact_id)
         if geometry.whole and size <= budget:
-            whole = _decode(data)
+            whole = geometry.show(0, size)
             if _esc_len(whole) <= budget:
                 result.update(
                     complete=True,
@@ -521,7 +606,31 @@ def _text_preview(
                 head_text, head_end = more_text, more_end
         return _text_result(result, geometry, artifact_id, head_text, head_end, tail_text, tail_start)
 
-    return _fit(lambda budget: _hinted(build(budget), hint), max_chars)
+    return _fit(lambda budget: _hinted(_text_masking_noted(build(budget), geometry), hint), max_chars)
+
+
+_MASKED_COVERS = "; base64-encoded bytes in it are shown as placeholders ([base64 omitted: <media type>, <size>])"
+_MASKED_OMITS = "the base64 text of encoded bytes (shown as placeholders)"
+
+
+def _masked_note(result: dict[str, Any], masked: int, read_more: str) -> dict[str, Any]:
+    """If ``masked``, say that base64-encoded bytes are shown as placeholders: the preview is then not complete."""
+    if not masked:
+        return result
+    result["covers"] += _MASKED_COVERS
+    omits = _MASKED_OMITS
+    result["omits"] = f"{result['omits']}; {omits}" if result["omits"] and not result["complete"] else omits
+    if result["complete"]:
+        result["complete"] = False
+        result["read_more"] = read_more
+    return result
+
+
+def _text_masking_noted(result: dict[str, Any], geometry: _Text) -> dict[str, Any]:
+    """A text preview, its shown byte ranges checked for base64 spans shown as placeholders."""
+    ranges = [tuple(result[key]) for key in ("head_bytes", "tail_bytes") if key in result]
+    count = geometry.masked([(int(start), int(end)) for start, end in ranges]) if geometry.spans else 0
+    return _masked_note(result, count, _text_read_more(result["artifact_id"]))
 
 
 def _text_nothing_shown(result: dict[str, Any], geometry: _Text, artifact_id: str) -> dict[str, Any]:
@@ -637,7 +746,9 @@ def _key_text(key: object) -> str:
     return str(key)
 
 
-def _shape(value: object, *, max_nodes: int, width: int, max_depth: int = 12) -> tuple[object, int]:
+def _shape(
+    value: object, *, max_nodes: int, width: int, max_depth: int = 12, masker: _Masker | None = None
+) -> tuple[object, int]:
     """The shape of ``value``, breadth first, creating at most ``max_nodes`` nodes: ``(shape, nodes)``.
 
     Scalars become their type name; an object becomes ``{"type": "object", "keys": n, "fields":
@@ -658,7 +769,7 @@ def _shape(value: object, *, max_nodes: int, width: int, max_depth: int = 12) ->
                 fields: dict[str, object] = {}
                 room = max(0, min(width, max_nodes - nodes - len(queue)))
                 for key, child in islice(item.items(), room):
-                    name = _clean(_key_text(key), 80)
+                    name = _clean(_shown(_key_text(key), masker), 80)
                     if name in fields:
                         continue
                     fields[name] = None
@@ -682,7 +793,7 @@ def _shape(value: object, *, max_nodes: int, width: int, max_depth: int = 12) ->
     return root.get("shape"), nodes
 
 
-def _scalar_json(value: object, limit: int) -> str:
+def _scalar_json(value: object, limit: int, masker: _Masker | None = None) -> str:
     if value is None or isinstance(value, bool):
         return json.dumps(value)
     if isinstance(value, int):
@@ -694,7 +805,7 @@ def _scalar_json(value: object, limit: int) -> str:
     if isinstance(value, float):
         return json.dumps(value) if math.isfinite(value) else json.dumps(str(value))
     if isinstance(value, str):
-        return json.dumps(value[: limit + 1])
+        return json.dumps(_shown(value, masker)[: limit + 1])
     if isinstance(value, bytes | bytearray | memoryview):
         return json.dumps(f"<{len(value)} bytes>")
     if isinstance(value, _dt.date | _dt.time):
@@ -702,7 +813,7 @@ def _scalar_json(value: object, limit: int) -> str:
     return json.dumps(_clean(str(value), limit + 1))
 
 
-def _render(value: object, limit: int) -> tuple[str, bool]:
+def _render(value: object, limit: int, masker: _Masker | None = None) -> tuple[str, bool]:
     """Compact JSON of ``value``, at most ``limit`` characters: ``(text, complete)``.
 
     Iterative (no recursion, any depth) and O(limit): it stops as soon as ``limit`` is passed.
@@ -738,7 +849,7 @@ def _render(value: object, limit: int) -> tuple[str, bool]:
                 stack.append(iter(item))
                 closers.append("]")
                 firsts.append(True)
-            elif emit(_scalar_json(item, limit)):
+            elif emit(_scalar_json(item, limit, masker)):
                 break
         if not stack:
             text = "".join(out)
@@ -756,7 +867,7 @@ def _render(value: object, limit: int) -> tuple[str, bool]:
         firsts[-1] = False
         if closers[-1] == "}":
             key, pending = cast("tuple[object, object]", entry)
-            if emit(json.dumps(_clean(_key_text(key), limit + 1)) + ":"):
+            if emit(json.dumps(_clean(_shown(_key_text(key), masker), limit + 1)) + ":"):
                 break
         else:
             pending = entry
@@ -796,8 +907,13 @@ def _json_preview(descriptor: Descriptor, document: object, max_chars: int) -> d
             ' where={"field": "name", "op": "eq", "value": ...}, fields=[...], order=[...], limit=100).'
         )
     read_more += " " + _describe_hint(artifact_id)
+    masker = _Masker()
 
     def build(budget: int) -> dict[str, Any]:
+        masker.masked = 0
+        return _masked_note(shown(budget), masker.masked, read_more)
+
+    def shown(budget: int) -> dict[str, Any]:
         result = _base(descriptor, "json")
         if budget <= 0:
             result["covers"] = "no content: the preview budget left no room for the document's shape or a sample"
@@ -808,14 +924,17 @@ def _json_preview(descriptor: Descriptor, document: object, max_chars: int) -> d
         nodes = 0
         shape_cost = 0
         for max_nodes in _SHAPE_NODES:
-            shape, nodes = _shape(document, max_nodes=max_nodes, width=max(1, min(25, max_nodes // 2)))
+            masker.masked = 0
+            width = max(1, min(25, max_nodes // 2))
+            shape, nodes = _shape(document, max_nodes=max_nodes, width=width, masker=masker)
             shape_cost = _dumps_len(shape)
             if shape_cost <= budget // 2:
                 break
         else:
             shape, nodes, shape_cost = None, 0, 4
+            masker.masked = 0
         sample_budget = max(0, budget - shape_cost - 40)
-        rendered, whole = _render(document, sample_budget)
+        rendered, whole = _render(document, sample_budget, masker)
         sample = _fit_escaped(rendered, sample_budget)
         whole = whole and sample == rendered
         result["shape"] = shape
@@ -849,7 +968,7 @@ def _json_preview(descriptor: Descriptor, document: object, max_chars: int) -> d
 # --------------------------------------------------------------------------------------------------
 
 
-def _cell(value: object, limit: int) -> tuple[object, bool]:
+def _cell(value: object, limit: int, masker: _Masker | None = None) -> tuple[object, bool]:
     """A JSON-ready rendering of one record value, at most about ``limit`` characters: ``(value, cut)``."""
     if value is None or isinstance(value, bool):
         return value, False
@@ -859,11 +978,12 @@ def _cell(value: object, limit: int) -> tuple[object, bool]:
     if isinstance(value, float):
         return (value, False) if math.isfinite(value) else (str(value), False)
     if isinstance(value, str):
+        value = _shown(value, masker)
         if len(value) <= limit:
             return _clean(value, limit), False
         return _clean(value, limit), True
     if isinstance(value, Mapping | list | tuple):
-        text, whole = _render(value, limit)
+        text, whole = _render(value, limit, masker)
         return text, not whole
     rendered = json.loads(_scalar_json(value, limit))
     if isinstance(rendered, str) and len(rendered) > limit:
@@ -897,8 +1017,13 @@ def _records_preview(descriptor: Descriptor, summary: RecordsSummary, max_chars:
         f' read_artifact(artifact_id="{artifact_id}", pattern="...") searches the raw text of a text format.'
         " " + _describe_hint(artifact_id)
     )
+    masker = _Masker()
 
     def build(budget: int) -> dict[str, Any]:
+        masker.masked = 0
+        return _masked_note(shown(budget), masker.masked, read_more)
+
+    def shown(budget: int) -> dict[str, Any]:
         result = _base(descriptor, "records")
         result["records"] = count
         result["fields"] = total_fields
@@ -908,11 +1033,13 @@ def _records_preview(descriptor: Descriptor, summary: RecordsSummary, max_chars:
             result["read_more"] = read_more
             return result
         for rows_wanted, cap, fields_wanted in _RECORD_LADDER:
-            body, cut = _records_body(summary, rows_wanted, cap, fields_wanted)
+            masker.masked = 0
+            body, cut = _records_body(summary, rows_wanted, cap, fields_wanted, masker)
             if _dumps_len(body) <= budget:
                 break
         else:
             body, cut = {"schema": {}, "first_rows": []}, False
+            masker.masked = 0
         result.update(body)
         shown_fields = len(body["schema"])
         shown_rows = len(body["first_rows"])
@@ -946,13 +1073,13 @@ def _records_preview(descriptor: Descriptor, summary: RecordsSummary, max_chars:
 
 
 def _records_body(
-    summary: RecordsSummary, rows_wanted: int, cap: int, fields_wanted: int
+    summary: RecordsSummary, rows_wanted: int, cap: int, fields_wanted: int, masker: _Masker | None = None
 ) -> tuple[dict[str, Any], bool]:
     schema: dict[str, str] = {}
     names: list[tuple[str, str]] = []
     cut = False
     for name, kind in summary.fields[:fields_wanted]:
-        shown = _clean(str(name), 80)
+        shown = _clean(_shown(str(name), masker), 80)
         if shown in schema:
             continue
         schema[shown] = _clean(str(kind), 40)
@@ -962,7 +1089,7 @@ def _records_body(
     for row in summary.first_rows[: min(rows_wanted, summary.count)]:
         rendered: dict[str, object] = {}
         for name, shown in names:
-            value, was_cut = _cell(row.get(name), cap)
+            value, was_cut = _cell(row.get(name), cap, masker)
             rendered[shown] = value
             cut = cut or was_cut
         rows.append(rendered)
@@ -1111,6 +1238,9 @@ def truncation(text: str, *, max_chars: int, reason: str) -> dict[str, Any]:
 
     ``reason`` is a short error type name (e.g. ``"StorageError"``; other characters
     are dropped, at most 80 kept). ``complete`` is true only if all of ``text`` fits.
+    Base64-encoded bytes (:mod:`refvault.content.encoded`) are shown as placeholders
+    (then ``placeholders`` counts them and ``complete`` is false); ``shown_chars``
+    counts the characters of ``text`` the head covers.
     ``len(json.dumps(result)) <= max(max_chars, TRUNCATION_SLACK)``.
     """
     max_chars = _checked_max_chars(max_chars)
@@ -1118,13 +1248,35 @@ def truncation(text: str, *, max_chars: int, reason: str) -> dict[str, Any]:
         raise InvalidArgument("text must be a str")
     shown_reason = "".join(ch for ch in str(reason) if ch in _REASON_CHARS)[:80] or "Error"
     total = len(text)
+    spans = find_encoded(text) if max_chars > 0 else []
+
+    def head_of(budget: int) -> tuple[str, int, int]:
+        """The head fitting ``budget`` escaped characters: its text, the characters of ``text`` it covers,
+        and how many placeholders it holds."""
+        pieces: list[str] = []
+        used = cursor = masked = 0
+        for span in spans:
+            gap = text[cursor : min(span.start, cursor + budget - used)]
+            fitted = _fit_escaped(gap, budget - used)
+            pieces.append(fitted)
+            used += _esc_len(fitted)
+            if cursor + len(fitted) < span.start:
+                return "".join(pieces), cursor + len(fitted), masked
+            shown = placeholder(span)
+            if used + len(shown) > budget:
+                return "".join(pieces), span.start, masked
+            pieces.append(shown)
+            used += len(shown)
+            cursor, masked = span.end, masked + 1
+        fitted = _fit_escaped(text[cursor : cursor + max(budget - used, 0)], budget - used)
+        pieces.append(fitted)
+        return "".join(pieces), cursor + len(fitted), masked
 
     def build(budget: int) -> dict[str, Any]:
-        head = _fit_escaped(text[: max(budget, 0)], budget) if budget > 0 else ""
+        head, shown, masked = head_of(budget) if budget > 0 else ("", 0, 0)
         head = head.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> "?", one for one
-        shown = len(head)
-        complete = shown == total
-        return {
+        complete = shown == total and not masked
+        result: dict[str, Any] = {
             "status": "not_captured",
             "reason": shown_reason,
             "complete": complete,
@@ -1135,8 +1287,13 @@ def truncation(text: str, *, max_chars: int, reason: str) -> dict[str, Any]:
             else (
                 f"characters {shown}-{total - 1} ({total - shown} characters); the result could not be stored,"
                 " so they cannot be read later"
+                if shown < total
+                else "the base64 text of encoded bytes (shown as placeholders); the result could not be stored"
             ),
             "text": head,
         }
+        if masked:
+            result["placeholders"] = masked
+        return result
 
     return _fit(build, max_chars)

@@ -8,6 +8,10 @@ upstream server's text results. Invariants (tested in ``tests/test_offload.py``)
   then the artifact is sealed and the preview shows type and size only.
 * If capture fails, the observation says so and carries a bounded truncation
   marked incomplete (nothing of a sealed-derived result); nothing is silently lost.
+* Neither the preview nor the truncation shows base64 of binary: runs of it
+  are placeholders naming media type and size (:mod:`refvault.read.previews`;
+  ``tests/security/test_gateway_base64.py``). The captured artifact keeps the
+  text exactly (``read_artifact`` serves it as stored).
 """
 
 from __future__ import annotations
