@@ -38,6 +38,7 @@ from pydantic import Field
 from refvault import Artifact, Ref, Scope, Toolbox, Vault
 from refvault.errors import ContextLeak, InvalidArgument
 from refvault.guard import LeakGuard
+from refvault.ids import is_artifact_id
 from refvault.integrations.langchain import LeakGuardCallback, tools
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,10 +319,10 @@ def test_bad_id_is_a_recoverable_error(vault: Vault, scope: Scope, mode: str) ->
     other_scope, unknown = tool_results(messages)
     for result, artifact_id in ((other_scope, elsewhere), (unknown, "art_doesnotexist")):
         assert result.status == "error"
-        assert (
-            result.content
-            == f"error: no artifact {artifact_id!r} can be read here; pass an artifact id from this session"
-        )
+        # A well-formed id is named; a string that is not one is described in fixed words, never repeated.
+        named = f"no artifact {artifact_id!r} can be read here" if is_artifact_id(artifact_id) else None
+        shown = named or "the value given is not an artifact id (art_ followed by 26 characters a-z, 2-7)"
+        assert result.content == f"error: {shown}; pass an artifact id from this session"
         assert artifact_id in model.seen()
     assert "bob's notes" not in model.seen()
     assert messages[-1].content == "I could not read either document."

@@ -33,6 +33,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from refvault import Ref, Scope, Toolbox, Vault
 from refvault.errors import ContextLeak, InvalidArgument
 from refvault.guard import LeakGuard
+from refvault.ids import is_artifact_id
 from refvault.integrations.pydantic_ai import GuardedModel, materialized, toolset
 from refvault.toolbox import ToolEvent
 from tests.media import png_bytes, wav_bytes
@@ -257,8 +258,10 @@ def test_bad_and_foreign_ids_are_recoverable_errors(vault: Vault) -> None:
     seen = json.loads(result.output)
     assert [outcome for outcome, _ in seen] == ["failed"] * 3
     for (_, text), artifact_id in zip(seen, ids, strict=True):
-        assert artifact_id in text
+        # A well-formed id is named; a string that is not one is described in fixed words, never repeated.
+        assert (artifact_id in text) == is_artifact_id(artifact_id)
         assert "error" in text
+    assert "the value given is not an artifact id" in seen[2][1]
     assert "bob's notes" not in result.output
     assert json.loads(seen[0][1])["error"] == json.loads(seen[1][1])["error"].replace(ids[1], other)  # no oracle
 

@@ -483,7 +483,8 @@ ECHOES: dict[str, tuple[Callable[[str, str], Plan], bool]] = {
     "split_in_one_turn": (lambda doc, _: once(("head", {"doc": doc}), ("tail", {"doc": doc})), True),
     "second_half_alone": (lambda doc, _: once(("tail", {"doc": doc})), True),  # halves are >= 64 bytes each
     "in_tool_call_arguments": (lambda doc, secret: once(("compare", {"doc": doc, "guess": secret})), True),
-    "bad_ref_message": (lambda doc, _: once(("fail_bad_ref", {"doc": doc})), True),
+    # BadRef names a well-formed id only (refvault.errors.shown_id): the document never gets into its message.
+    "bad_ref_message": (lambda doc, _: once(("fail_bad_ref", {"doc": doc})), False),
     "exception_message": (lambda doc, _: once(("fail_plain", {"doc": doc})), False),
     "refvault_error_message": (lambda doc, _: once(("fail_refvault", {"doc": doc})), False),
 }
@@ -507,7 +508,8 @@ def test_a_sealed_canary_never_reaches_the_model(vault: Vault, framework: str, a
     else:
         assert run.error is None
         assert run.output == "done"
-        assert "error: the tool raised" in run.results[-1]
+        not_an_id = "error: the value given is not an artifact id"
+        assert (not_an_id if attack == "bad_ref_message" else "error: the tool raised") in run.results[-1]
 
 
 @pytest.mark.parametrize("attack", list(ECHOES))

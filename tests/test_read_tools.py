@@ -13,6 +13,7 @@ import pytest
 from openai.lib._pydantic import to_strict_json_schema
 
 from refvault import Observation, Scope, Toolbox, Vault, read
+from refvault.errors import NOT_AN_ID
 from refvault.read import records as record_reads
 from refvault.read import windows
 from refvault.toolbox.ref import finish_ref_schemas
@@ -550,13 +551,15 @@ def test_load_several_artifacts_in_the_order_given(vault: Vault, scope: Scope, m
     assert not observation.is_error
     results = json.loads(observation.content)["results"]
     unique = list(dict.fromkeys(ids))
+    unique[unique.index("not-an-id")] = NOT_AN_ID  # a string that is not an id is never repeated
     assert [r["artifact_id"] for r in results] == unique  # deduplicated, in the order given
     by_id = {r["artifact_id"]: r for r in results}
     unknown = {"capture_status": "unknown", "omissions": []}  # captured without saying how complete
     assert by_id[picture] == {"artifact_id": picture, "status": "loaded", "kind": "image", **unknown}
     assert by_id[text] == {"artifact_id": text, "status": "loaded", "kind": "text", "complete": True, **unknown}
-    assert by_id["not-an-id"]["status"] == "error"
-    assert by_id["not-an-id"]["error"] == "InvalidId"
+    assert by_id[NOT_AN_ID]["status"] == "error"
+    assert by_id[NOT_AN_ID]["error"] == "InvalidId"
+    assert "not-an-id" not in observation.content + json.dumps(observation.parts)
     assert by_id[MISSING_ID]["error"] == "NotFound"
     assert "not found" in by_id[MISSING_ID]["message"]
     assert by_id[sealed]["error"] == "SealedArtifact"

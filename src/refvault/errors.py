@@ -1,9 +1,10 @@
 """The one exception hierarchy of refvault.
 
 Every error refvault raises on purpose is a :class:`RefvaultError`. Messages
-help the caller fix the call; they never contain artifact content, and a
-message about an artifact another caller owns is identical to the message
-about an artifact that does not exist.
+help the caller fix the call; they never contain artifact content, they name
+an artifact only by a well-formed id (:func:`shown_id`: anything else a caller
+or model sent is never repeated), and a message about an artifact another
+caller owns is identical to the message about an artifact that does not exist.
 
 ::
 
@@ -29,7 +30,9 @@ about an artifact that does not exist.
     ├── StorageError (OSError)           the backend failed (I/O, fsync, unsafe store layout)
     ├── UnresolvedRef                    a Ref was read outside the tool call that received it
     ├── Unauthenticated                  no valid API key (missing, malformed, unknown, revoked: one message)
-    └── Forbidden                        the key is valid but may not act in the requested tenant/user/session
+    ├── Forbidden                        the key is valid but may not act in the requested tenant/user/session
+    ├── TooManyRequests                  the key or its tenant already has as many uploads in progress as allowed
+    └── RequestTimeout                   the client stopped sending its request body; nothing was stored
 """
 
 from __future__ import annotations
@@ -61,7 +64,26 @@ __all__ = [
     "UnresolvedRef",
     "Unauthenticated",
     "Forbidden",
+    "TooManyRequests",
+    "RequestTimeout",
 ]
+
+
+NOT_AN_ID = "(not an artifact id)"
+"""What an error message shows in place of a value that is not a well-formed artifact id."""
+
+
+def shown_id(value: object) -> str:
+    """``value`` if it is a well-formed artifact id, else :data:`NOT_AN_ID`: the one way an id enters a message.
+
+    An id is 30 characters from ``a-z 2-7 _`` (:func:`refvault.ids.is_artifact_id`), so it cannot carry a
+    newline, an instruction or a look-alike of ``art_``; anything else a caller or a model sent (it may be
+    content, or an injection) is never repeated. :class:`BadRef`, :class:`NotFound`, :class:`Expired` and
+    :class:`SealedArtifact` build their messages through it (``tests/security/test_bad_ref_echo.py``).
+    """
+    from refvault.ids import is_artifact_id  # refvault.ids imports this module
+
+    return value if is_artifact_id(value) else NOT_AN_ID
 
 
 class RefvaultError(Exception):
@@ -87,14 +109,22 @@ class InvalidMetadata(InvalidArgument):
 class BadRef(InvalidArgument):
     """A ``Ref`` argument cannot be resolved: empty, malformed, unknown, expired or another scope's.
 
-    Model-recoverable: the message names the id the model sent and nothing
-    else, identically for every one of those causes.
+    Model-recoverable. A well-formed id is named, with one message for unknown,
+    expired and another scope's (no existence oracle); anything else the model
+    sent is never repeated: the message then says, in fixed words, that the value
+    is not an artifact id (:func:`shown_id`; ``tests/security/test_bad_ref_echo.py``).
+    ``artifact_id`` keeps the value as given, for the caller's code, not for display.
     """
 
     def __init__(self, artifact_id: str) -> None:
-        shown = artifact_id if len(artifact_id) <= 64 else artifact_id[:64] + "…"
         self.artifact_id = artifact_id
-        super().__init__(f"no artifact {shown!r} can be read here; pass an artifact id from this session")
+        if shown_id(artifact_id) == NOT_AN_ID:
+            super().__init__(
+                "the value given is not an artifact id (art_ followed by 26 characters a-z, 2-7); "
+                "pass an artifact id from this session"
+            )
+        else:
+            super().__init__(f"no artifact {artifact_id!r} can be read here; pass an artifact id from this session")
 
 
 class InvalidQuery(InvalidArgument):
@@ -124,7 +154,7 @@ class NotFound(RefvaultError, LookupError):
 
     def __init__(self, artifact_id: str) -> None:
         self.artifact_id = artifact_id
-        super().__init__(f"artifact {artifact_id} not found in this scope")
+        super().__init__(f"artifact {shown_id(artifact_id)} not found in this scope")
 
 
 class Expired(RefvaultError):
@@ -136,7 +166,7 @@ class Expired(RefvaultError):
     def __init__(self, artifact_id: str, expires_at: str) -> None:
         self.artifact_id = artifact_id
         self.expires_at = expires_at
-        super().__init__(f"artifact {artifact_id} expired at {expires_at}")
+        super().__init__(f"artifact {shown_id(artifact_id)} expired at {expires_at}")
 
 
 class IdempotencyConflict(RefvaultError):
@@ -149,7 +179,7 @@ class SealedArtifact(RefvaultError):
     def __init__(self, artifact_id: str) -> None:
         self.artifact_id = artifact_id
         super().__init__(
-            f"artifact {artifact_id} is sealed: its content is never shown to the model; "
+            f"artifact {shown_id(artifact_id)} is sealed: its content is never shown to the model; "
             "pass its id to a tool that takes a Ref parameter instead"
         )
 
@@ -200,10 +230,12 @@ class TooLarge(MaterializationError):
 
 
 class IntegrityError(RefvaultError):
-    """Stored bytes do not match the manifest (flipped, truncated, appended, replaced or missing).
+    """Stored bytes do not match the manifest (flipped, truncated, appended, replaced or missing),
+    or the manifest row itself fails its MAC (edited, moved or forged in the catalog).
 
     Raised before any byte of the failing chunk is returned. ``kind`` is
-    ``"missing"`` when the stored bytes are gone and ``"corrupt"`` otherwise.
+    ``"missing"`` when the stored bytes are gone, ``"manifest"`` when the row
+    fails its MAC (nothing of it is served), and ``"corrupt"`` otherwise.
     """
 
     def __init__(self, message: str, *, kind: str = "corrupt") -> None:
@@ -233,3 +265,19 @@ class Unauthenticated(RefvaultError):
 
 class Forbidden(RefvaultError):
     """The API key is valid, but it may not act in the tenant, user or session the request names."""
+
+
+class TooManyRequests(RefvaultError):
+    """The API key, or its tenant, already has as many uploads in progress as the server allows at once.
+
+    Refused before any byte of the body was read; nothing was stored. ``retry_after`` is how many
+    seconds to wait before trying again (the server sends it as ``Retry-After``).
+    """
+
+    def __init__(self, message: str, *, retry_after: int = 1) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class RequestTimeout(RefvaultError):
+    """The client stopped sending its request body for longer than the server waits; nothing was stored."""

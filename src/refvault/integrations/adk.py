@@ -17,8 +17,30 @@ session. A ``user:`` artifact (visible from every session of its user) lives in 
 to save a session-scoped artifact under it) and every user-scoped filename starts with ``user:``,
 which no session-scoped filename does, so nothing ADK can write collides with it. (So a ``Ref`` tool
 reads a ``user:`` artifact only when given the user scope explicitly: ``tools(box, scope=...)``.)
-Names refvault cannot hold (outside ``[A-Za-z0-9._:@+-]``, over 128 characters) are refused with
-:class:`~refvault.errors.InvalidScope`; ADK's uuid session ids and identifier app names always fit.
+
+Every name ADK accepts is accepted: Agent Engine app names
+(``projects/123/locations/us-central1/reasoningEngines/456``), namespaced user ids (``group/user123``),
+any session id. Each of the three names maps to a refvault scope name on its own (:func:`scope_name`):
+
+* a name that is already a refvault scope name (1-128 characters from ``A-Z a-z 0-9 . _ : @ + -``,
+  starting with a letter, digit or underscore) and does not start with the reserved prefix ``_adk+``
+  is used unchanged, so stores written before this mapping read the same;
+* any other name becomes ``_adk+e:`` and its escape (each character outside ``A-Z a-z 0-9 . _ : @ -``
+  as ``+`` and the two uppercase hex digits of each of its UTF-8 bytes: ``group/user123`` →
+  ``_adk+e:group+2Fuser123``) when that fits in 128 characters,
+* else ``_adk+h:`` and the SHA-256 (hex) of its UTF-8 bytes.
+
+**Two different ADK (app, user, session) triples never share a scope** (the mapping is injective):
+pass-through names never start with ``_adk+`` and encoded ones always do; ``e:`` and ``h:`` tell the
+two encoded forms apart; the escape decodes uniquely (``+`` occurs only as an escape); and two
+names with one SHA-256 would be a SHA-256 collision. Hypothesis generates look-alike names
+(``group/user123``, ``group_user123``, ``group%2Fuser123``, ``group+2Fuser123``, names that
+start with the prefix) and checks this, and the round trip of the escape
+(``tests/security/test_adk_names.py``). ADK's own in-memory and GCS services join the names with
+``/`` into one flat key, so there ``("a/b", "c")`` and ``("a", "b/c")`` share artifacts; here they
+do not. Names ADK refuses (empty, NUL, a leading slash, a drive letter, ``..`` segments, reserved
+path segments; for a save, a session id that is or starts with ``user``) raise
+:class:`AdkInputError`, a subclass of ADK's ``InputValidationError``, exactly where ADK does.
 
 Invariants, and the test that shows each:
 
@@ -76,6 +98,7 @@ import binascii
 import contextlib
 import hashlib
 import json
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -114,6 +137,7 @@ __all__ = [
     "guard_callback",
     "register",
     "scope_for",
+    "scope_name",
     "tools",
 ]
 
@@ -146,21 +170,44 @@ def _segment(value: object, field: str) -> str:
     return value
 
 
-def scope_for(app_name: str, user_id: str, session_id: str) -> Scope:
-    """The refvault scope of an ADK session: ``Scope(tenant=app_name, user=user_id, session=session_id)``.
+RESERVED_PREFIX = "_adk+"  # no name passes through unchanged with it; every encoded name has it
+_ESCAPED = RESERVED_PREFIX + "e:"
+_HASHED = RESERVED_PREFIX + "h:"
+_KEPT = re.compile(r"[A-Za-z0-9._:@-]")  # characters the escape keeps as they are ("+" is the escape)
+_MAX_NAME = 128
 
-    Raises :class:`~refvault.errors.InvalidScope` for a name refvault cannot hold (1-128 characters
-    from ``A-Z a-z 0-9 . _ : @ + -``, starting with a letter, digit or underscore).
+
+def scope_name(name: str) -> str:
+    """The refvault scope name of one ADK name (an app name, a user id or a session id); injective.
+
+    See the module docstring for the three forms and why no two names share one
+    (``tests/security/test_adk_names.py``). Total on strings: lone surrogates are
+    encoded as such (``surrogatepass``).
     """
-    for field, value in (("app_name", app_name), ("user_id", user_id), ("session_id", session_id)):
+    if not isinstance(name, str):
+        raise AdkInputError("ADK names are strings")
+    if not name.startswith(RESERVED_PREFIX):
         try:
-            check_name(field, value)
+            return check_name("name", name)
         except InvalidScope:
-            raise InvalidScope(
-                f"ADK {field} cannot be a refvault scope name: use 1-128 characters from "
-                "A-Z a-z 0-9 . _ : @ + -, starting with a letter, digit or underscore"
-            ) from None
-    return Scope(app_name, user_id, session_id)
+            pass
+    escaped = "".join(
+        char if _KEPT.fullmatch(char) else "".join(f"+{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+        for char in name
+    )
+    if len(_ESCAPED) + len(escaped) <= _MAX_NAME:
+        return _ESCAPED + escaped
+    return _HASHED + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def scope_for(app_name: str, user_id: str, session_id: str) -> Scope:
+    """The refvault scope of an ADK session: each of the three names through :func:`scope_name`.
+
+    The one mapping the artifact service and the tools share. Names that are already
+    refvault scope names (and do not start with ``_adk+``) are used unchanged; any
+    other name is encoded; no two ADK triples share a scope (:func:`scope_name`).
+    """
+    return Scope(scope_name(app_name), scope_name(user_id), scope_name(session_id))
 
 
 @dataclass(frozen=True, slots=True)

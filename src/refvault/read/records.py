@@ -31,9 +31,12 @@ Invariants, and where each is enforced and tested:
   stopped by its time or scan budget returns what it has with
   ``scan_complete: false`` and a cursor to go on: never a false "no matches".
 * **Cursors** (:mod:`refvault.read.cursors`) are HMAC-signed and bound to the
-  artifact and content hash, the normalised selection, the caller's scope,
-  an expiry and a keyset position (the index of the last record returned, so
-  page N costs what page 1 costs). Scope is still checked on every use.
+  artifact and content hash, the normalised selection except the page
+  ``limit``, the caller's scope, an expiry and a keyset position (the index of
+  the last record returned, so page N costs what page 1 costs). Scope is still
+  checked on every use. The limit is left out on purpose: the position does
+  not depend on it, so a caller may change the page size between pages with
+  no gap or repeat (``tests/security/test_cursor_binding.py``).
 
 Tested in ``tests/test_records.py`` and by the differential test against a
 plain-Python evaluator (``tests/test_records_differential.py``).
@@ -91,6 +94,7 @@ MAX_ORDER = 8
 MAX_IN = 1000
 MAX_DEPTH = 32
 MAX_LEAVES = 256
+MAX_QUERY_SECONDS = 600.0  # the largest max_seconds a query accepts
 CURSOR_TTL = dt.timedelta(hours=1)
 FIRST_SEGMENT = 1 << 18
 PARQUET = "application/vnd.apache.parquet"
@@ -899,11 +903,11 @@ def query(
     ``where`` is a structured selector, ``fields`` a projection, ``order`` a
     list of ``{"field", "direction"}``, ``limit`` the page size (at most
     1000), ``record_range`` ``[start, end)`` the records considered. Pass the
-    ``next_cursor`` of a response (with the same selection) for the next page.
+    ``next_cursor`` of a response (with the same selection; ``limit`` may differ) for the next page.
     ``max_seconds`` and ``max_scan`` bound the work of this call.
     """
-    if not (isinstance(max_seconds, int | float) and 0 <= max_seconds <= 600):
-        raise InvalidArgument("max_seconds must be between 0 and 600")
+    if not (isinstance(max_seconds, int | float) and 0 <= max_seconds <= MAX_QUERY_SECONDS):
+        raise InvalidArgument(f"max_seconds must be between 0 and {MAX_QUERY_SECONDS:g}")
     if max_scan is not None and (not _is_int(max_scan) or max_scan < 1):
         raise InvalidArgument("max_scan must be a positive integer (or None)")
     if not isinstance(vault, Vault):  # a refvault.client.Client: the server runs the query
@@ -925,7 +929,7 @@ def query(
     normal = selection.normalised(all_fields=fields is None)
     binding = {
         "artifact": f"{descriptor.artifact_id}:{descriptor.content_hash}",
-        "query": cursors.digest({k: v for k, v in normal.items() if k != "limit"}),
+        "query": cursors.digest({k: v for k, v in normal.items() if k != "limit"}),  # the page size is not bound
         "caller": cursors.digest([scope.tenant, scope.user, scope.session]),
     }
     ring = _ring(vault)

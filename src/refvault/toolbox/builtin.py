@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from refvault.errors import InvalidArgument, RefvaultError, UnsupportedRead
+from refvault.errors import InvalidArgument, RefvaultError, UnsupportedRead, shown_id
 from refvault.model import Descriptor, Scope
 from refvault.read import records as record_reads
 from refvault.read import windows
@@ -136,7 +136,7 @@ def _load_one(vault: VaultLike, scope: Scope, artifact_id: str) -> tuple[list[di
         error, message = type(exc).__name__, str(exc)  # refvault's messages never contain artifact content
     except Exception as exc:  # anything else is named by type only: its message could carry content
         error, message = type(exc).__name__, f"the artifact could not be loaded ({type(exc).__name__})"
-    shown = artifact_id[:64]
+    shown = shown_id(artifact_id)  # a well-formed id, or a fixed description: never the model's string
     failure = {"artifact_id": shown, "status": "error", "error": error, "message": message}
     return [{"type": "text", "text": f"[{shown}] error: {message}"}], failure
 

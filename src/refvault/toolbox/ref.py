@@ -16,6 +16,10 @@ Invariants (tested in ``tests/test_toolbox.py`` and ``tests/test_ref_doors.py``)
   access too.
 * The frame reads through the vault in the caller's scope, so a Ref can never
   reach beyond what that scope may read.
+* **Errors name well-formed ids only.** :class:`~refvault.errors.BadRef` and
+  :class:`~refvault.errors.UnresolvedRef` show the id only when it is a
+  well-formed artifact id (:func:`~refvault.errors.shown_id`); any other string
+  a model passed as a Ref is never repeated (``tests/security/test_bad_ref_echo.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from refvault.errors import BadRef, Expired, NotFound, UnresolvedRef
+from refvault.errors import BadRef, Expired, NotFound, UnresolvedRef, shown_id
 from refvault.ids import ARTIFACT_ID_PATTERN
 
 if TYPE_CHECKING:
@@ -103,7 +107,9 @@ class DispatchFrame:
         with self._lock:
             descriptor = None if self._closed else self._descriptors.get(artifact_id)
         if descriptor is None:
-            raise UnresolvedRef(f"{artifact_id} is not resolved here: read a Ref inside the tool call that received it")
+            raise UnresolvedRef(
+                f"{shown_id(artifact_id)} is not resolved here: read a Ref inside the tool call that received it"
+            )
         return descriptor
 
     def descriptor(self, artifact_id: str) -> Descriptor:
@@ -235,7 +241,7 @@ class Ref:
         frame = _FRAME.get()
         if frame is None:
             raise UnresolvedRef(
-                f"{self._artifact_id} is not resolved here: read a Ref inside the tool call that received it"
+                f"{shown_id(self._artifact_id)} is not resolved here: read a Ref inside the tool call that received it"
             )
         return frame
 

@@ -29,9 +29,10 @@ def bind_refs(arguments: BaseModel, frame: DispatchFrame) -> list[str]:
 
     Nested lists, tuples, sets, dicts and models are walked up to
     :data:`MAX_DEPTH` levels; a cycle is refused. An id that is empty,
-    malformed, unknown, expired or another scope's raises :class:`BadRef`
-    naming that id and nothing else. Resolving the same id twice in one call
-    is a no-op.
+    malformed, unknown, expired or another scope's raises :class:`BadRef`:
+    it names a well-formed id and nothing else, and says in fixed words that
+    anything else is not an artifact id (never repeating it). Resolving the
+    same id twice in one call is a no-op.
     """
     found: list[str] = []
     _walk(arguments, frame, found, depth=0, seen=set(), done=set())
