@@ -21,6 +21,11 @@ base64 inside a tool result, or the payload of a data URL.
    check (the peer's method: tool text, tool-call arguments and data URLs at or over 128 KiB)
    on the same requests, and the same scan with a 1 MiB protected set (independence of the
    protected size).
+   Every scan is of new text: the piece arm's per-message cache is dropped before each request.
+3b. Transforms and pieces: recall of 200-byte excerpts upper-cased, with ``_`` for spaces, a zero-width
+   character every 10, full-width, hex, base64 of base64 or percent-encoded; passages sent 20 bytes per
+   request through ``check()`` (newest artifacts, within the piece budget, and older ones); and a run of
+   requests that each re-send their history, through ``check()``.
 4. Whole-artifact ``in``: ``artifact in body`` for every artifact, timed on as many artifacts
    as fit in a few seconds per request and extrapolated to all of them; and, for context, the
    exact naive check (every 64-byte window of the body ``in`` the protected bytes), timed on a
@@ -35,6 +40,7 @@ import argparse
 import base64
 import gc
 import json
+import logging
 import os
 import platform
 import statistics
@@ -45,9 +51,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 from harness import interleave, load_average, work_dir
 
+from refvault.errors import ContextLeak
 from refvault.guard import LeakGuard
 from refvault.guard import fingerprints as fp
 from refvault.guard.requests import Leaf, walk
@@ -294,6 +302,95 @@ def recall_of(guard: LeakGuard, requests: Sequence[Request]) -> tuple[int, int, 
     return caught, named, total
 
 
+TRANSFORMS: dict[str, Any] = {
+    "upper-cased": str.upper,
+    "spaces to _": lambda t: t.replace(" ", "_"),
+    "zero-width every 10": lambda t: "".join(c + ("\u200b" if i % 10 == 9 else "") for i, c in enumerate(t)),
+    "full-width": lambda t: "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in t),
+    "hex": lambda t: t.encode().hex(),
+    "base64 of base64": lambda t: base64.b64encode(base64.b64encode(t.encode())).decode(),
+    "percent-encoded": lambda t: "".join(f"%{b:02X}" for b in t.encode()),
+}
+
+
+def transforms_and_pieces(
+    guard: LeakGuard, artifacts: Sequence[tuple[str, bytes]], *, quick: bool, missed: list[str]
+) -> None:
+    """Recall through trivial transforms, pieces over a run, and a multi-turn run's check() throughput."""
+    logging.getLogger("refvault.guard").setLevel(logging.ERROR)  # the stops below are expected
+    rng = np.random.default_rng(SEED + 5)
+    prose = [(a, d) for i, (a, d) in enumerate(artifacts) if i % 4 != 3 and len(d) >= 2000]
+    carrier = make_requests(artifacts, 10_000, 1, SEED + 7, plant=False)[0].body
+    n = 10 if quick else 40
+    print("\n3b. trivial transforms (200-byte excerpts of prose artifacts in a 10 KB request's tool result)")
+    row = []
+    for name, transform in TRANSFORMS.items():
+        caught = 0
+        for _ in range(n):
+            artifact_id, data = prose[int(rng.integers(len(prose)))]
+            at = int(rng.integers(0, len(data) - 200))
+            body = json.loads(json.dumps(carrier))
+            body["messages"].append(
+                {"role": "tool", "tool_call_id": "x", "content": transform(data[at : at + 200].decode())}
+            )
+            guard.new_run()
+            caught += any(f.artifact_id == artifact_id for f in guard.scan(body))
+        row.append(f"{name} {caught}/{n}")
+        if caught != n:
+            missed.append(f"transform recall 1.0 ({name})")
+    print("   recall: " + ", ".join(row))
+    # The piece arm covers the most recently protected piece_budget bytes: the last artifacts protected.
+    recent, size = 0, 0
+    while recent < len(artifacts) and size + len(artifacts[-1 - recent][1]) <= guard.piece_budget:
+        size += len(artifacts[-1 - recent][1])
+        recent += 1
+    newest = {a for a, _ in artifacts[len(artifacts) - recent :]}
+    for within, pool in (
+        (True, [p for p in prose if p[0] in newest]),
+        (False, [p for p in prose if p[0] not in newest]),
+    ):
+        stops: list[int] = []  # the request that was stopped (1-based); 0: none of 12
+        for _ in range(n):
+            artifact_id, data = pool[int(rng.integers(len(pool)))]
+            at = int(rng.integers(0, len(data) - 300))
+            guard.new_run()
+            stops.append(0)
+            for i in range(12):
+                piece = data[at + 20 * i : at + 20 * (i + 1)].decode()
+                request = {"messages": [{"role": "tool", "tool_call_id": f"c{i}", "content": f"part {i}: {piece}"}]}
+                try:
+                    guard.check(request)
+                except ContextLeak:
+                    stops[-1] = i + 1
+                    break
+        label = "the newest protected (within the piece budget)" if within else "older ones (beyond the budget)"
+        by6 = sum(1 <= s <= 6 for s in stops)
+        by12 = sum(s >= 1 for s in stops)
+        print(
+            f"   a passage of {label}, 20 bytes per request: stopped by the 6th request {by6}/{n}, "
+            f"by the 12th {by12}/{n}"
+        )
+    vocab = Vocabulary(SEED + 11)
+    turns: list[dict[str, Any]] = []
+    requests = []
+    for t in range(20 if quick else 40):
+        turns.append({"role": "user", "content": vocab.text(rng, 500).decode()})
+        turns.append({"role": "tool", "tool_call_id": f"c{t}", "content": vocab.text(rng, 4000).decode()})
+        turns.append({"role": "assistant", "content": vocab.text(rng, 800).decode()})
+        requests.append({"model": "m", "messages": [{"role": "system", "content": "be brief"}, *turns]})
+    size = sum(len(json.dumps(r).encode()) for r in requests)
+    guard.new_run()
+    t0 = time.perf_counter()
+    for r in requests:
+        guard.check(r)
+    rate = size / (time.perf_counter() - t0) / 1e6
+    print(
+        f"   a run of {len(requests)} requests, each its whole history plus one turn ({size / MiB:.1f} MiB of bodies), "
+        f"through check(): {rate:.1f} MB/s, no finding"
+    )
+    guard.new_run()
+
+
 def kernel_cost(keep: bool) -> tuple[float, float]:
     """Seconds to compile the kernels into an empty cache, then to load them from it (fresh processes)."""
     code = "from refvault.guard import fingerprints as f; print(f.warm_up())"
@@ -321,7 +418,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"bench/guard.py {' '.join(sys.argv[1:] if argv is None else argv)}".rstrip())
     print(
         f"machine: {os.cpu_count()} cores, {platform.system()} {platform.machine()}, "
-        f"Python {platform.python_version()}, numpy {np.__version__}, numba {fp.numba.__version__}; "
+        f"Python {platform.python_version()}, numpy {np.__version__}, numba {numba.__version__}; "
         f"load average at start: {load_average()}"
     )
     params = fp.Params.for_min_match(MIN_MATCH)
@@ -349,6 +446,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t = time.perf_counter()
         for artifact_id, data in artifacts:
             guard.protect(artifact_id, data)
+        guard.stats()  # the fingerprints sorted into the index (it sorts them in batches, by the next scan)
         elapsed = time.perf_counter() - t
         guards["each"] = guard
         return total / elapsed / 1e6
@@ -359,6 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         guard = LeakGuard(MIN_MATCH, SIZE_THRESHOLD)
         t = time.perf_counter()
         guard.protect_many(artifacts)
+        guard.stats()
         elapsed = time.perf_counter() - t
         guards["many"] = guard
         return total / elapsed / 1e6
@@ -379,6 +478,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"   index: {stats['fingerprints']:,} fingerprints ({density:.4f} per byte), {stats['index_bytes'] / MiB:.1f} "
         f"MiB in {stats['segments']} segments = {per_byte:.3f} bytes per protected byte"
+    )
+    print(
+        f"   piece index (the most recent {guard.piece_budget / MiB:.0f} to {2 * guard.piece_budget / MiB:.0f} MiB "
+        f"protected): {stats['piece_fingerprints']:,} fingerprints, {stats['piece_index_bytes'] / MiB:.1f} MiB"
     )
     if min(statistics.median(each), statistics.median(many)) < 50:
         missed.append("build >= 50 MB/s")
@@ -407,6 +510,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         def ours(_: int, requests: list[Request] = requests, body_bytes: int = body_bytes) -> float:
             t = time.perf_counter()
             for r in requests:
+                guard.new_run()  # no piece-arm cache from the previous repetition: every request is new text
                 guard.scan(r.body)
             return body_bytes / (time.perf_counter() - t) / 1e6
 
@@ -419,6 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         def independent(_: int, requests: list[Request] = requests, body_bytes: int = body_bytes) -> float:
             t = time.perf_counter()
             for r in requests:
+                small.new_run()
                 small.scan(r.body)
             return body_bytes / (time.perf_counter() - t) / 1e6
 
@@ -451,6 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         def clean_scan(_: int, clean: list[Request] = clean, body_bytes: int = body_bytes) -> float:
             t = time.perf_counter()
             for r in clean:
+                guard.new_run()
                 guard.scan(r.body)
             return body_bytes / (time.perf_counter() - t) / 1e6
 
@@ -459,6 +565,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"   clean requests (nothing planted), {n} x {name}: {statistics.median(rates):.1f} MB/s, "
             f"{false_findings} findings"
         )
+
+    # -- transforms, pieces, runs --
+    transforms_and_pieces(guard, artifacts, quick=args.quick, missed=missed)
 
     # -- whole-artifact `in` --
     print("\n4. baselines that look at content (timed on part of the work, extrapolated to all of it)")

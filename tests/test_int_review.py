@@ -1007,9 +1007,9 @@ def words_box(vault: Vault) -> Toolbox:
 
     @box.tool
     async def shout(doc: Ref) -> str:
-        """The document in capitals (async)."""
+        """The first word in capitals (async); more of the text, even upper-cased, is a leak the guard stops."""
         await asyncio.sleep(0)
-        return doc.text().upper()
+        return doc.text().split()[0].upper()
 
     return box
 
@@ -1049,7 +1049,7 @@ def test_concurrent_runs_in_two_scopes_share_one_toolbox(vault: Vault, framework
         assert run.output == "done"
         count, refused, shouted, refused_again = run.results
         assert count.strip('"') == str(len(text.split())) or str(len(text.split())) in count
-        assert text.upper().split()[-1] in shouted
+        assert text.upper().split()[0] in shouted  # ALPHA or BETA: the tool read its own scope's document
         for answer in (refused, refused_again):
             assert "error" in answer
             assert theirs in answer

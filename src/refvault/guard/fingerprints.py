@@ -6,8 +6,13 @@ The scheme (Schleimer, Wilkerson and Aiken, "Winnowing", SIGMOD 2003):
   modulo 2^64 with a random odd base, drawn per :class:`FingerprintIndex`.
 * A k-gram that repeats itself with a period dividing 12 (a run of one byte,
   ``"\\r\\n"`` or ``"ab"`` repeated, ``"00 "`` repeated, ...) carries no secret
-  and gets no fingerprint. The test looks at the k-gram's own bytes only, so
-  it decides the same for the same k-gram wherever it sits.
+  and gets no fingerprint; nor does one of which at least half the bytes are
+  spaces (folded text: indentation, rules and boxes drawn with ``-``, ``|``,
+  ``_``, which unrelated texts share). The tests look at the k-gram's own
+  bytes only, so they decide the same for the same k-gram wherever it sits.
+* Both sides are **folded** first (:func:`fold`): in text, ASCII letters to
+  lower case and word separators to a space, so that a copy upper-cased or
+  with its spaces turned into ``_`` is the same bytes.
 * **Winnowing**: in every window of ``w`` consecutive k-gram positions the
   k-gram with the smallest hash (its high 32 bits; ties: the rightmost) is
   selected. The selection inside a window depends on the window's bytes only.
@@ -16,9 +21,9 @@ The scheme (Schleimer, Wilkerson and Aiken, "Winnowing", SIGMOD 2003):
   dumped index cannot be tested against guessed text outside the process.
 
 The guarantee. Let ``t = w + k - 1``. A span of ``t`` or more bytes that is
-verbatim in a protected artifact and in the request contains at least one
+verbatim (once folded) in a protected artifact and in the request contains at least one
 whole window, and that window selects the same k-gram in both, so the span is
-found (unless every k-gram of it is one of the periodic k-grams above). The
+found (unless every k-gram of it is one of the unselectable k-grams above). The
 guard uses ``w = min_match // 2`` and ``k = min_match - w + 1``, so
 ``t = min_match`` exactly: 64 gives ``k = 33``, ``w = 32``.
 
@@ -30,7 +35,7 @@ overlap or touch, so every byte from the first hit to the end of the last is
 hash-verified identical. The k-grams a span of ``t`` bytes or more selects
 from windows inside it are selected in both, consecutively, so they form one
 unbroken chain. The chain's **extent** is an upper bound on the verbatim span
-around it: the span cannot start ``w`` or more non-periodic k-gram positions
+around it: the span cannot start ``w`` or more selectable k-gram positions
 before the chain's first hit (an earlier window would lie inside the span and
 would have selected an earlier k-gram, which would be a hit), nor end
 symmetrically after its last; it is also clipped to the request piece and to
@@ -63,6 +68,11 @@ the segments. On text about ``2 / (w + 1)`` of the positions are selected, so
 for ``min_match = 64`` the index is about 0.85 bytes per protected byte. It
 never holds protected bytes.
 
+The piece arm uses a second index with short k-grams (16 bytes), a ``budget``
+(the entries of the most recently added bytes are kept, the oldest forgotten)
+and ``unique`` lookups (a fingerprint held more than once names no one place,
+so it does not count).
+
 Kernels are compiled by numba (``cache=True``: the first use in a fresh
 environment compiles them once, about 8 s on a 2-core machine; later processes
 load the cache in about 0.6 s) and release the GIL, so scans from several
@@ -83,7 +93,7 @@ import numpy.typing as npt
 
 from refvault.errors import InvalidArgument
 
-__all__ = ["FingerprintIndex", "Match", "Params", "base64_runs"]
+__all__ = ["FOLD", "FOLD_RUN", "FingerprintIndex", "Match", "Params", "base64_runs", "fold"]
 
 U8 = npt.NDArray[np.uint8]
 U32 = npt.NDArray[np.uint32]
@@ -92,6 +102,8 @@ I64 = npt.NDArray[np.int64]
 
 PERIOD: Final = 12
 """K-grams with a period dividing this are not fingerprinted (runs, short repeats)."""
+SEPARATOR: Final = 32
+"""What folded text's separators are (a space); k-grams of which at least half are this get no fingerprint."""
 
 MIN_MATCH_RANGE: Final = (32, 1 << 20)
 _MAX_COORDINATE: Final = (1 << 32) - 1
@@ -148,6 +160,10 @@ def _fingerprint(
     top = np.uint64(0xFFFFFFFFFFFFFFFF)
     high = np.uint64(0xFFFFFFFF00000000)
     low = np.uint64(0xFFFFFFFF)
+    span = k - PERIOD  # periodic: this many bytes in a row equal the byte PERIOD before them
+    half = (k + 1) // 2  # separator-dense: this many separators
+    is_sep = np.zeros(256, np.int64)  # a table is cheaper than a comparison here
+    is_sep[SEPARATOR] = 1
     power = np.uint64(1)
     for _ in range(k):
         power *= base
@@ -166,9 +182,11 @@ def _fingerprint(
             continue
         h = np.uint64(0)
         run = 0  # how many bytes in a row equal the byte PERIOD before them
+        seps = 0  # separators (spaces: folded text) in the current k-gram
         for i in range(s, s + k - 1):
             c = buf[np.uint64(i)]
             h = h * base + np.uint64(c)
+            seps += is_sep[c]
             if i - s >= PERIOD:
                 run = run + 1 if c == buf[i - PERIOD] else 0
         best = -1
@@ -177,11 +195,14 @@ def _fingerprint(
         for i in range(s + k - 1, e):
             c = buf[np.uint64(i)]
             h = h * base + np.uint64(c)
+            seps += is_sep[c]
             if i - s >= k:
-                h -= np.uint64(buf[np.uint64(i - k)]) * power
+                gone = buf[np.uint64(i - k)]
+                h -= np.uint64(gone) * power
+                seps -= is_sep[gone]
             run = run + 1 if c == buf[np.uint64(i - PERIOD)] else 0
             rel = i - k + 1 - s
-            kv = top if run >= k - PERIOD else (h & high) | (low - np.uint64(rel))
+            kv = top if (run >= span) | (seps >= half) else (h & high) | (low - np.uint64(rel))
             ring_key[np.uint64(rel & mask)] = kv
             ring_hash[np.uint64(rel & mask)] = h
             j = rel - w + 1
@@ -207,9 +228,9 @@ def _fingerprint(
 
 
 @numba.njit(cache=True, nogil=True)
-def _sorted_run(hashes: U64, coords: I64) -> tuple[U64, U32]:  # pragma: no cover - compiled
-    """Entries ``(hash >> 32) << 32 | coord``, sorted (LSD radix sort, 6 x 11 bits), with the hashes'
-    low halves in the same order."""
+def _sorted_run(hashes: U64, coords: I64, first_shift: int) -> tuple[U64, U32]:  # pragma: no cover - compiled
+    """Entries ``(hash >> 32) << 32 | coord``, sorted (LSD radix sort, 11 bits a pass, from bit ``first_shift``:
+    0 sorts by the whole entry, 32 by the hash only), with the hashes' low halves in the same order."""
     n = hashes.size
     keys = np.empty(n, np.uint64)
     low = np.empty(n, np.uint32)
@@ -219,7 +240,7 @@ def _sorted_run(hashes: U64, coords: I64) -> tuple[U64, U32]:  # pragma: no cove
     other_keys = np.empty(n, np.uint64)
     other_low = np.empty(n, np.uint32)
     counts = np.empty(2049, np.int64)
-    for shift in (0, 11, 22, 33, 44, 55):
+    for shift in range(first_shift, 64, 11):
         counts[:] = 0
         for i in range(n):
             counts[((keys[i] >> np.uint64(shift)) & np.uint64(2047)) + 1] += 1
@@ -483,7 +504,9 @@ def _through_hot(
 def _chains(
     buf: U8, starts: I64, where: I64, coord: I64, bases: I64, lengths: I64, k: int, w: int, min_match: int
 ) -> I64:  # pragma: no cover - compiled
-    """Chains of hits whose extent reaches ``min_match``, as rows (piece, artifact, start, end, first, last).
+    """Chains of hits whose extent reaches ``min_match``, as rows (piece, artifact, start, end, first, last, coord).
+
+    ``coord`` is the protected coordinate of the first hit (``first`` in the request).
 
     A chain: hits in one piece, of one artifact, on one diagonal, each at most ``k`` after the previous.
     """
@@ -493,7 +516,7 @@ def _chains(
         # Sorted by diagonal (request position - coordinate), then position, a chain's hits are adjacent.
         order_key[i] = ((where[i] - coord[i] + (np.int64(1) << 32)) << np.int64(30)) | where[i]
     order = np.argsort(order_key)
-    out = np.empty(6 * n, np.int64)
+    out = np.empty(7 * n, np.int64)
     rows = 0
     t = 0
     while t < n:
@@ -518,50 +541,55 @@ def _chains(
         start = max(start, origin)
         end = min(end, origin + lengths[owner])
         if end - start >= min_match:
-            out[6 * rows : 6 * rows + 6] = (piece, owner, start, end, first, last)
+            out[7 * rows : 7 * rows + 7] = (piece, owner, start, end, first, last, first - diag)
             rows += 1
     # A short chain (fewer than min_match verified bytes) inside a long one is explained by it (boilerplate
     # shared with another artifact, or repeated in the same one): drop it.
     keep = np.ones(rows, np.bool_)
     for a in range(rows):
-        a_first = out[6 * a + 4]
-        a_end = out[6 * a + 5] + k
+        a_first = out[7 * a + 4]
+        a_end = out[7 * a + 5] + k
         if a_end - a_first >= min_match:
             continue
         for b in range(rows):
-            b_first = out[6 * b + 4]
-            b_end = out[6 * b + 5] + k
-            if b_end - b_first >= min_match and out[6 * b] == out[6 * a] and b_first <= a_first and a_end <= b_end:
+            b_first = out[7 * b + 4]
+            b_end = out[7 * b + 5] + k
+            if b_end - b_first >= min_match and out[7 * b] == out[7 * a] and b_first <= a_first and a_end <= b_end:
                 keep[a] = False
                 break
     kept = 0
     for a in range(rows):
         if keep[a]:
-            out[6 * kept : 6 * kept + 6] = out[6 * a : 6 * a + 6]
+            out[7 * kept : 7 * kept + 7] = out[7 * a : 7 * a + 7]
             kept += 1
-    return out[: 6 * kept]
+    return out[: 7 * kept]
 
 
 @numba.njit(cache=True, nogil=True)
 def _extent(buf: U8, lo: int, hi: int, first: int, last: int, k: int, w: int) -> tuple[int, int]:  # pragma: no cover
     """An upper bound ``[start, end)`` of the verbatim span around a chain (see the module docstring)."""
     span = k - PERIOD  # a k-gram at q is periodic iff buf[j] == buf[j + PERIOD] for j in [q, q + span)
-    # Left: every k-gram start in [start, first - w] is periodic, so start > the last non-periodic one there.
+    # Left: every k-gram start in [start, first - w] is unselectable (periodic, or half separators), so start is
+    # after the last selectable one there.
     start = lo
     q = first - w
     if q >= lo:
         run = 0  # equalities from q on
         while run < span and buf[q + run] == buf[q + run + PERIOD]:
             run += 1
+        seps = 0  # separators in the k-gram at q
+        for j in range(q, q + k):
+            seps += buf[j] == SEPARATOR
         while True:
-            if run < span:
+            if run < span and 2 * seps < k:
                 start = q + 1
                 break
             q -= 1
             if q < lo:
                 break
             run = run + 1 if buf[q] == buf[q + PERIOD] else 0
-    # Right: every k-gram start in [last + w, end - k] is periodic, so end < the first non-periodic one + k.
+            seps += (buf[q] == SEPARATOR) - (buf[q + k] == SEPARATOR)
+    # Right: every k-gram start in [last + w, end - k] is unselectable, so end < the first selectable one + k.
     end = hi
     q = last + w
     if q + k <= hi:
@@ -569,8 +597,11 @@ def _extent(buf: U8, lo: int, hi: int, first: int, last: int, k: int, w: int) ->
         j = q + span - 1
         while run < span and buf[j - run] == buf[j - run + PERIOD]:
             run += 1
+        seps = 0
+        for t in range(q, q + k):
+            seps += buf[t] == SEPARATOR
         while True:
-            if run < span:
+            if run < span and 2 * seps < k:
                 end = q + k - 1
                 break
             q += 1
@@ -578,6 +609,7 @@ def _extent(buf: U8, lo: int, hi: int, first: int, last: int, k: int, w: int) ->
                 break
             j = q + span - 1
             run = run + 1 if buf[j] == buf[j + PERIOD] else 0
+            seps += (buf[q + k - 1] == SEPARATOR) - (buf[q - 1] == SEPARATOR)
     return start, end
 
 
@@ -586,6 +618,59 @@ for _c in b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_="
     _BASE64_CLASS[_c] = 1
 _BASE64_CLASS[10] = _BASE64_CLASS[13] = 2
 _BASE64_CLASS[32] = _BASE64_CLASS[9] = 3
+
+FOLD: Final = np.arange(256, dtype=np.uint8)
+r"""The byte fold of text: ASCII letters to lower case; ASCII whitespace and the word separators
+``_ - . / \ , : ; | + ~`` to a space; every other byte as it is. One byte for one byte, so offsets and
+lengths are those of the unfolded bytes."""
+FOLD[ord("A") : ord("Z") + 1] += 32
+for _c in b"\t\n\x0b\x0c\r _-./\\,:;|+~":
+    FOLD[_c] = 32
+FOLD.flags.writeable = False
+
+FOLD_RUN: Final = 16
+"""Only text is folded: bytes inside a run of at least this many text bytes (printable ASCII, whitespace,
+well-formed UTF-8 sequences). Random binary holds such runs about once in 10**6 positions, so binary is
+matched as it is; a text excerpt of 16 bytes or more is one such run wherever it is copied."""
+
+
+@numba.njit(cache=True, nogil=True)
+def _fold(buf: U8, starts: I64, table: U8, min_run: int) -> U8:  # pragma: no cover - compiled
+    """``buf`` with ``table`` applied to the bytes of text runs of at least ``min_run`` bytes (per piece)."""
+    out = buf.copy()
+    for piece in range(starts.size - 1):
+        s = starts[piece]
+        e = starts[piece + 1]
+        run = s  # where the current text run began
+        i = s
+        while i <= e:
+            size = 0  # bytes of the text character at i (0: not text, or the end)
+            if i < e:
+                c = buf[i]
+                if 32 <= c < 127 or 9 <= c <= 13:
+                    size = 1
+                elif 0xC2 <= c <= 0xF4:
+                    need = 1 if c < 0xE0 else (2 if c < 0xF0 else 3)
+                    if i + need < e:
+                        size = need + 1
+                        for j in range(i + 1, i + need + 1):
+                            if buf[j] & 0xC0 != 0x80:
+                                size = 0
+                                break
+            if size == 0:
+                if i - run >= min_run:
+                    for j in range(run, i):
+                        out[j] = table[buf[j]]
+                i += 1
+                run = i
+            else:
+                i += size
+    return out
+
+
+def fold(buf: U8, starts: I64) -> U8:
+    """``buf`` (pieces as in :meth:`FingerprintIndex.fingerprint`) with its text runs folded by :data:`FOLD`."""
+    return _fold(buf, starts, FOLD, FOLD_RUN)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -739,6 +824,7 @@ class Match(NamedTuple):
     start: int
     end: int
     verified: int  # bytes from the chain's first hit to the end of its last (hash-verified)
+    coord: int  # the protected coordinate of the chain's first verified byte (unique per index)
 
 
 class Fingerprints(NamedTuple):
@@ -749,13 +835,26 @@ class Fingerprints(NamedTuple):
 class FingerprintIndex:
     """Fingerprints of protected bytes, with their artifact ids; never the bytes. Thread-safe."""
 
-    def __init__(self, params: Params) -> None:
+    def __init__(self, params: Params, *, budget: int | None = None, unique: bool = False) -> None:
+        """``budget``: keep only the entries of the most recently added bytes, at least ``budget`` of them
+        (once more than twice that is held, the oldest are forgotten down to it); None: keep everything.
+        ``unique``: :meth:`match` uses only fingerprints the index holds exactly once (no boilerplate, no
+        repeats), so that each chain names one protected place (the piece arm, which counts protected
+        bytes); such an index never follows boilerplate by coordinate, so it sorts by hash only."""
         self.params = params
+        self.budget = budget
+        self.unique = unique
         self._base = np.uint64(secrets.randbits(64) | 1)
         self._key = np.uint64(secrets.randbits(64))
         self._build_lock = threading.Lock()
         self._next_coordinate = 0
         self._protected_bytes = 0
+        self._artifacts = 0
+        self._held: list[tuple[int, int]] = []  # with a budget: (end coordinate, bytes) of each entry held
+        self._held_bytes = 0
+        self._waiting: list[tuple[U64, I64]] = []  # fingerprints added, not yet sorted in: (hashes, coordinates)
+        self._waiting_count = 0
+        self._generation = 0  # changes whenever what the index holds changes
         self._snapshot = _Snapshot((), np.zeros(1, np.uint64), 0, np.zeros(0, np.int64), np.zeros(0, np.int64), ())
 
     # -- building --------------------------------------------------------------------------------------------------
@@ -763,7 +862,7 @@ class FingerprintIndex:
     def fingerprint(self, buf: U8, starts: I64) -> Fingerprints:
         """Winnowed fingerprints of each piece ``buf[starts[i]:starts[i+1]]`` (positions are into ``buf``)."""
         k, w = self.params.k, self.params.w
-        room = buf.size // 8 + 64
+        room = buf.size * 5 // (2 * w + 2) + 64  # selections are about 2 / (w + 1) of the positions
         while True:
             pos = np.empty(room, np.int64)
             hashes = np.empty(room, np.uint64)
@@ -772,65 +871,137 @@ class FingerprintIndex:
                 return Fingerprints(pos[:count], hashes[:count])
             room = buf.size + 1
 
-    def add(self, items: Sequence[tuple[str, bytes]]) -> int:
-        """Index each ``(owner, data)``; return the number of fingerprints added."""
-        if not items:
+    def add(self, items: Sequence[tuple[str, bytes]], *, counted: bool = True) -> int:
+        """Index each ``(owner, data)``, folded (:func:`fold`); return the number of fingerprints added.
+
+        ``counted`` False: further forms of owners already added (their Unicode normalisation), indexed
+        the same way but not counted as artifacts or protected bytes. With a ``budget``, sorting the
+        fingerprints into the index is left to the next :meth:`match`: many small adds in a row are
+        sorted once, and what the budget drops meanwhile never is.
+        """
+        entries = list(items)
+        if not entries:
             return 0
-        buf = np.frombuffer(b"".join(data for _, data in items), np.uint8)
-        lengths = np.fromiter((len(data) for _, data in items), np.int64, len(items))
-        starts = np.zeros(len(items) + 1, np.int64)
+        lengths = np.fromiter((len(data) for _, data in entries), np.int64, len(entries))
+        starts = np.zeros(len(entries) + 1, np.int64)
         np.cumsum(lengths, out=starts[1:])
+        buf = fold(np.frombuffer(b"".join(data for _, data in entries), np.uint8), starts)
         found = self.fingerprint(buf, starts)  # outside the lock: hashing is the expensive part
         with self._build_lock:
             snap = self._snapshot
-            # Each artifact gets a coordinate range with a gap of k, so no chain runs from one into the next.
-            bases = self._next_coordinate + starts[:-1] + np.arange(len(items), dtype=np.int64) * self.params.k
-            end = int(bases[-1] + lengths[-1]) if len(items) else self._next_coordinate
+            # Each entry gets a coordinate range with a gap of k, so no chain runs from one into the next.
+            bases = self._next_coordinate + starts[:-1] + np.arange(len(entries), dtype=np.int64) * self.params.k
+            end = int(bases[-1] + lengths[-1])
             if end > _MAX_COORDINATE:
                 raise InvalidArgument("a leak guard indexes at most 4 GiB of protected bytes")
             piece = np.searchsorted(starts, found.positions, side="right") - 1
-            coords = found.positions - starts[piece] + bases[piece]
-            segments = list(snap.segments)
-            words, bits = snap.filter_words, snap.filter_bits
-            if found.positions.size:
-                keys, low = _sorted_run(found.hashes, coords)
-                total = sum(s.size for s in segments) + keys.size
-                if total * _FILTER_BITS_PER_ENTRY > 64 << bits:
-                    # A new filter of 8 to 16 bits per entry; old snapshots keep the old one.
-                    bits = min(26, (total * _FILTER_BITS_PER_ENTRY // 64).bit_length())
-                    words = np.zeros(1 << bits, np.uint64)
-                    for s in segments:
-                        _filter_add(words, bits, s.keys, s.low, False)
-                # Setting bits in place is safe for concurrent scans: a stray bit only costs a probe.
-                _filter_add(words, bits, keys, low, False)
-                segments.append(_segment(keys, low))
-                # Segment sizes shrink at least 4-fold from oldest to newest: O(log n) segments to probe,
-                # each entry merged O(log n) times.
-                while len(segments) >= 2 and segments[-2].size <= _MERGE_RATIO * segments[-1].size:
-                    b_seg = segments.pop()
-                    a_seg = segments.pop()
-                    segments.append(_segment(*_merge(a_seg.keys, a_seg.low, b_seg.keys, b_seg.low)))
+            self._waiting.append((found.hashes, found.positions - starts[piece] + bases[piece]))
+            self._waiting_count += int(found.positions.size)
+            self._generation += 1
             self._snapshot = _Snapshot(
-                tuple(segments),
-                words,
-                bits,
+                snap.segments,
+                snap.filter_words,
+                snap.filter_bits,
                 np.concatenate([snap.bases, bases]),
                 np.concatenate([snap.lengths, lengths]),
-                snap.owners + tuple(owner for owner, _ in items),
+                snap.owners + tuple(owner for owner, _ in entries),
             )
             self._next_coordinate = end + self.params.k
-            self._protected_bytes += int(lengths.sum())
+            if counted:
+                self._protected_bytes += int(lengths.sum())
+                self._artifacts += len(entries)
+            if self.budget is not None:
+                self._held += zip((bases + lengths).tolist(), lengths.tolist(), strict=True)
+                self._held_bytes += int(lengths.sum())
+            if self.budget is None:
+                self._settle()
+            elif self._held_bytes > 2 * self.budget:
+                self._forget_oldest()  # what waits and is too old is dropped before it is ever sorted
         return int(found.positions.size)
+
+    def _settled(self) -> _Snapshot:
+        """The snapshot, with every fingerprint added so far sorted into it."""
+        if self._waiting_count:
+            with self._build_lock:
+                self._settle()
+        return self._snapshot
+
+    def _settle(self) -> None:
+        """Sort the waiting fingerprints into a new segment, merge, forget beyond the budget (build lock held)."""
+        snap = self._snapshot
+        segments = list(snap.segments)
+        words, bits = snap.filter_words, snap.filter_bits
+        if self._waiting_count:
+            hashes = np.concatenate([h for h, _ in self._waiting])
+            coords = np.concatenate([c for _, c in self._waiting])
+            keys, low = _sorted_run(hashes, coords, 32 if self.unique else 0)
+            total = sum(s.size for s in segments) + keys.size
+            if total * _FILTER_BITS_PER_ENTRY > 64 << bits:
+                # A new filter of 8 to 16 bits per entry; old snapshots keep the old one.
+                bits = min(26, (total * _FILTER_BITS_PER_ENTRY // 64).bit_length())
+                words = np.zeros(1 << bits, np.uint64)
+                for s in segments:
+                    _filter_add(words, bits, s.keys, s.low, False)
+            # Setting bits in place is safe for concurrent scans: a stray bit only costs a probe.
+            _filter_add(words, bits, keys, low, False)
+            segments.append(_segment(keys, low))
+            # Segment sizes shrink at least 4-fold from oldest to newest: O(log n) segments to probe,
+            # each entry merged O(log n) times.
+            while len(segments) >= 2 and segments[-2].size <= _MERGE_RATIO * segments[-1].size:
+                b_seg = segments.pop()
+                a_seg = segments.pop()
+                segments.append(_segment(*_merge(a_seg.keys, a_seg.low, b_seg.keys, b_seg.low)))
+        self._waiting = []
+        self._waiting_count = 0
+        self._snapshot = _Snapshot(tuple(segments), words, bits, snap.bases, snap.lengths, snap.owners)
+        self._generation += 1
+
+    def _forget_oldest(self) -> None:
+        """Drop the entries of the oldest bytes until ``budget`` are held (build lock held): the waiting ones
+        before they are sorted, the sorted ones by merging what is kept into one segment (so the order of
+        segments by size holds again)."""
+        if self.budget is None:
+            return
+        drop = 0
+        while drop < len(self._held) and self._held_bytes - self._held[drop][1] >= self.budget:
+            self._held_bytes -= self._held[drop][1]
+            drop += 1
+        if not drop:
+            return
+        cutoff = self._held[drop - 1][0]
+        del self._held[:drop]
+        waiting = [(h[c >= cutoff], c[c >= cutoff]) for h, c in self._waiting]
+        self._waiting = [(h, c) for h, c in waiting if c.size]
+        self._waiting_count = sum(c.size for _, c in self._waiting)
+        snap = self._snapshot
+        segments: tuple[_Segment, ...] = ()
+        words, bits = snap.filter_words, snap.filter_bits
+        if snap.segments:
+            keys, low = np.zeros(0, np.uint64), np.zeros(0, np.uint32)
+            for seg in snap.segments:
+                keep = (seg.keys & np.uint64(0xFFFFFFFF)) >= np.uint64(cutoff)
+                keys, low = _merge(keys, low, seg.keys[keep], seg.low[keep])
+            segments = (_segment(keys, low),) if keys.size else ()
+            words = np.zeros(1 << bits, np.uint64)  # the same size: sized for what is held at most
+            _filter_add(words, bits, keys, low, False)
+        first = int(np.searchsorted(snap.bases + snap.lengths, cutoff, side="right"))  # artifacts still held
+        self._snapshot = _Snapshot(segments, words, bits, snap.bases[first:], snap.lengths[first:], snap.owners[first:])
+        self._generation += 1
 
     # -- matching --------------------------------------------------------------------------------------------------
 
-    def match(self, buf: U8, starts: I64) -> list[Match]:
-        """Chains in ``buf`` (pieces as in :meth:`fingerprint`) whose extent reaches ``min_match``."""
-        snap = self._snapshot
+    def match(self, buf: U8, starts: I64, *, folded: bool = False) -> list[Match]:
+        """Chains in ``buf`` (pieces as in :meth:`fingerprint`) whose extent reaches ``min_match``.
+
+        ``buf`` is folded here (:func:`fold`), unless ``folded`` says it is already.
+        """
+        snap = self._settled()
         if not snap.segments or buf.size < self.params.threshold:
             return []
         if buf.size >= _MAX_SCAN:
             raise InvalidArgument("a leak guard scans at most 1 GiB at once")
+        if not folded:
+            buf = fold(buf, starts)
         found = self.fingerprint(buf, starts)
         if not found.positions.size:
             return []
@@ -841,7 +1012,14 @@ class FingerprintIndex:
         if not query.size:
             return []
         p = self.params
-        if hot.size:
+        if self.unique:
+            counts = np.bincount(query, minlength=found.hashes.size)
+            counts[hot[0::4]] = 2
+            keep = counts[query] == 1
+            query, coord = query[keep], coord[keep]
+            if not query.size:
+                return []
+        elif hot.size:
             # Hot (boilerplate) fingerprints: follow the diagonals of nearby hits through them, a few
             # fingerprints at a time, so that a leaked excerpt keeps one unbroken chain.
             query, coord = _through_hot(
@@ -849,21 +1027,27 @@ class FingerprintIndex:
             )
         rows = _chains(
             buf, starts, found.positions[query], coord, snap.bases, snap.lengths, p.k, p.w, p.min_match
-        ).reshape(-1, 6)
+        ).reshape(-1, 7)
         return [
-            Match(int(piece), snap.owners[int(owner)], int(start), int(end), int(last + p.k - first))
-            for piece, owner, start, end, first, last in rows.tolist()
+            Match(int(piece), snap.owners[int(owner)], int(start), int(end), int(last + p.k - first), int(at))
+            for piece, owner, start, end, first, last, at in rows.tolist()
         ]
 
     # -- accounting ------------------------------------------------------------------------------------------------
 
     @property
+    def generation(self) -> int:
+        """A number that changes whenever what the index holds changes (read once what waits is sorted in)."""
+        self._settled()
+        return self._generation
+
+    @property
     def artifact_count(self) -> int:
-        return len(self._snapshot.owners)
+        return self._artifacts
 
     @property
     def fingerprint_count(self) -> int:
-        return sum(s.size for s in self._snapshot.segments)
+        return sum(s.size for s in self._settled().segments)
 
     @property
     def protected_bytes(self) -> int:
@@ -872,7 +1056,7 @@ class FingerprintIndex:
     @property
     def nbytes(self) -> int:
         """Bytes the index holds: entries, directories, filter and the per-artifact table."""
-        snap = self._snapshot
+        snap = self._settled()
         return (
             sum(s.nbytes for s in snap.segments)
             + int(snap.filter_words.nbytes)
@@ -881,7 +1065,7 @@ class FingerprintIndex:
 
     @property
     def segment_count(self) -> int:
-        return len(self._snapshot.segments)
+        return len(self._settled().segments)
 
 
 def base64_runs(buf: U8, starts: I64, min_len: int) -> I64:

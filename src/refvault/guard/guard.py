@@ -6,19 +6,22 @@ for the matching guarantee.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import hashlib
 import logging
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol
 
 import numpy as np
 
 from refvault.errors import ContextLeak, InvalidArgument
-from refvault.guard.fingerprints import MIN_MATCH_RANGE, FingerprintIndex, Match, Params, base64_runs
-from refvault.guard.requests import Leaf, View, decode_base64, views, walk
+from refvault.guard.fingerprints import MIN_MATCH_RANGE, FingerprintIndex, Match, Params, base64_runs, fold
+from refvault.guard.requests import Leaf, View, decode_base64, normalized_form, payload_views, views, walk
 
 if TYPE_CHECKING:
     from refvault.model import Scope
@@ -31,6 +34,11 @@ _LOGGER: Final = logging.getLogger("refvault.guard")
 _BATCH_BYTES: Final = 16 << 20  # protect_many hashes up to this much per kernel call
 _MAX_ADMITTED: Final = 10_000  # payloads admitted past the size arm, most recent kept
 _DATA_URL_HEAD: Final = re.compile(r"data:[^,;]*(?:;[^,;]*)*;base64,", re.IGNORECASE)
+PIECE_K: Final = 16
+"""The k-gram length of the piece arm: pieces of fewer bytes are never counted."""
+_DECODE_DEPTH: Final = 3  # encodings decoded inside one another (base64 of base64 of hex, ...)
+_DECODE_BUDGET: Final = 4  # decoded bytes per scan: at most this many times the scanned bytes (and 1 MiB)
+_PIECE_CACHE: Final = 4096  # leaves whose piece-arm chains are remembered (most recent)
 
 
 def marker(artifact_id: str) -> str:
@@ -43,13 +51,14 @@ class Finding:
     """Protected content (or an oversized payload) at one site of a request. Never holds the content.
 
     ``artifact_id`` is None for the size arm; ``matched`` is the bytes matched (content arm: an upper
-    bound of the verbatim span, at least ``min_match``) or the payload's size (size arm).
+    bound of the verbatim span, at least ``min_match``), the bytes of the artifact its pieces sent
+    in this run would add up to (piece arm: at least ``piece_limit``) or the payload's size (size arm).
     """
 
     site: str
     artifact_id: str | None
     matched: int
-    arm: Literal["content", "size"]
+    arm: Literal["content", "pieces", "size"]
 
     def to_dict(self) -> dict[str, Any]:
         return {"site": self.site, "artifact_id": self.artifact_id, "matched": self.matched, "arm": self.arm}
@@ -78,6 +87,7 @@ class _LeafHits:
     spans: list[tuple[int, int, str]]
     whole: set[str]
     cover: dict[tuple[str, int], list[tuple[int, int]]]  # (artifact, piece) -> matched extents in that piece
+    pieces: dict[str, int] = dataclasses.field(default_factory=dict)  # artifact -> its run total (piece arm)
 
     @property
     def matched(self) -> dict[str, int]:
@@ -105,7 +115,23 @@ class _Piece:
         self.view = view
         self.data = data
         self.offset = offset  # where ``data`` starts in the view
-        self.origin = origin  # a decoded base64 run: the raw span a hit redacts
+        self.origin = origin  # a decoded run: the raw span of the leaf a hit redacts
+
+
+class _Short(NamedTuple):
+    """A piece-arm chain: a short piece of one artifact at a leaf, as protected coordinates and a redaction."""
+
+    leaf: int
+    owner: str
+    lo: int  # the verified bytes' protected coordinates [lo, hi)
+    hi: int
+    span: tuple[int, int] | None  # raw bytes of the leaf to redact; None: the whole leaf
+
+
+class _Scanned(NamedTuple):
+    leaves: list[Leaf]
+    hits: dict[int, _LeafHits]
+    shorts: list[_Short]
 
 
 class LeakGuard:
@@ -114,9 +140,23 @@ class LeakGuard:
     ``min_match``: every verbatim span of at least this many protected bytes is found (32 to 2**20).
     ``size_threshold``: tool output, tool-call arguments and data payloads of at least this many bytes
     are flagged. ``policy``: ``"raise"`` (:class:`ContextLeak`) or ``"redact"`` (a redacted copy).
+    ``piece_min``: the piece arm counts pieces of an artifact of this many bytes or more (16 to
+    ``min_match``; None turns the arm off); ``piece_limit``: the bytes of any ``2 * min_match``
+    stretch of one artifact that such pieces may cover in a run (default ``1.5 * min_match``);
+    ``piece_budget``: the arm covers the most recently protected bytes, at least this many (it
+    indexes about 4.6 bytes per byte at ``piece_min = 20``: 4 MiB by default); see :meth:`check`.
     """
 
-    def __init__(self, min_match: int = 64, size_threshold: int = 128 * 1024, *, policy: Policy = "raise") -> None:
+    def __init__(
+        self,
+        min_match: int = 64,
+        size_threshold: int = 128 * 1024,
+        *,
+        policy: Policy = "raise",
+        piece_min: int | None = 20,
+        piece_limit: int | None = None,
+        piece_budget: int = 4 << 20,
+    ) -> None:
         if isinstance(min_match, bool) or not isinstance(min_match, int):
             raise InvalidArgument("min_match must be an integer")
         if not MIN_MATCH_RANGE[0] <= min_match <= MIN_MATCH_RANGE[1]:
@@ -125,14 +165,39 @@ class LeakGuard:
             raise InvalidArgument("size_threshold must be a positive integer")
         if policy not in ("raise", "redact"):
             raise InvalidArgument("policy must be 'raise' or 'redact'")
+        if piece_min is not None and (
+            isinstance(piece_min, bool) or not isinstance(piece_min, int) or not PIECE_K <= piece_min <= min_match
+        ):
+            raise InvalidArgument(f"piece_min must be None or an integer between {PIECE_K} and min_match")
+        window = 2 * min_match
+        if piece_limit is not None and (
+            isinstance(piece_limit, bool) or not isinstance(piece_limit, int) or not PIECE_K <= piece_limit <= window
+        ):
+            raise InvalidArgument(f"piece_limit must be None or an integer between {PIECE_K} and 2 * min_match")
+        if isinstance(piece_budget, bool) or not isinstance(piece_budget, int) or piece_budget < 1:
+            raise InvalidArgument("piece_budget must be a positive integer")
         self.min_match = min_match
         self.size_threshold = size_threshold
         self.policy: Policy = policy
+        self.piece_min = piece_min
+        self.piece_limit = 3 * min_match // 2 if piece_limit is None else piece_limit
+        self.piece_window = window
+        self.piece_budget = piece_budget
         self.params = Params.for_min_match(min_match)
-        # A string of fewer characters has fewer than this * 4 UTF-8 bytes: neither arm can flag it.
-        self._min_chars = max(1, min(self.params.threshold, size_threshold) // 4)
+        self._floor = self.params.threshold if piece_min is None else piece_min  # the shortest span either arm sees
+        # A string of fewer bytes (of fewer characters than a quarter of that) no arm can flag.
+        self._min_bytes = max(1, min(self._floor, size_threshold))
+        self._min_chars = max(1, self._min_bytes // 4)
         self._index = FingerprintIndex(self.params)
+        self._pieces = (
+            None
+            if piece_min is None
+            else FingerprintIndex(Params(piece_min, PIECE_K, piece_min - PIECE_K + 1), budget=piece_budget, unique=True)
+        )
         self._lock = threading.Lock()
+        self._run_lock = threading.Lock()  # the pieces sent in this run
+        self._sent: dict[str, _Coverage] = {}  # artifact -> the protected coordinates its pieces sent cover
+        self._piece_cache: OrderedDict[tuple[str, int, int], tuple[int, list[_Short]]] = OrderedDict()  # leaf -> chains
         self._seen: set[tuple[str, bytes]] = set()  # in the index
         self._admitted: dict[bytes, None] = {}  # digests of payloads admitted past the size arm (insertion order)
         self._pending: dict[tuple[str, bytes], threading.Event] = {}  # being added by some thread
@@ -192,7 +257,25 @@ class LeakGuard:
     def _add(self, batch: list[tuple[str, bytes]], keys: list[tuple[str, bytes]]) -> None:
         ok = False
         try:
-            self._index.add(batch)
+            if batch:
+                # Text that Unicode normalisation changes is indexed in both forms by the content arm (the
+                # verbatim guarantee holds for the raw form) and in its normal form only by the piece arm
+                # (whose pieces must each name one protected place).
+                normal = [normalized_form(raw) for _, raw in batch]
+                self._index.add(batch)
+                forms = [(aid, n) for (aid, _), n in zip(batch, normal, strict=True) if n is not None]
+                if forms:
+                    self._index.add(forms, counted=False)
+                if self._pieces is not None:
+                    # Only the most recent piece_budget bytes are kept: the head of a larger batch is skipped.
+                    recent: list[tuple[str, bytes]] = []
+                    size = 0
+                    for (aid, raw), n in zip(reversed(batch), reversed(normal), strict=True):
+                        if size >= self.piece_budget:
+                            break
+                        recent.append((aid, raw if n is None else n))
+                        size += len(recent[-1][1])
+                    self._pieces.add(recent[::-1])
             ok = True
         finally:
             with self._lock:  # on failure not protected after all: a later protect() must try again
@@ -228,37 +311,66 @@ class LeakGuard:
     # -- checking --------------------------------------------------------------------------------------------------
 
     def scan(self, request: object) -> list[Finding]:
-        """Findings of both arms for ``request`` (a dict, list, str, bytes or SDK model); empty if it is clean."""
-        leaves = _collect(request, self._min_chars)
-        return self._findings(leaves, self._content(leaves))
+        """Findings of every arm for ``request`` (a dict, list, str, bytes or SDK model); empty if it is clean.
+
+        The piece arm counts the pieces this run has sent (see :meth:`check`) but records nothing: a scan
+        reports what :meth:`check` would find, and changes nothing.
+        """
+        scanned = self._scan(request)
+        with self._run_lock:
+            return self._findings(scanned, self._totals(scanned.shorts))
 
     def check(self, request: object) -> object:
-        """``request`` itself if clean; else raise :class:`ContextLeak` or return a redacted copy (per policy)."""
-        leaves = _collect(request, self._min_chars)
-        hits = self._content(leaves)
-        findings = self._findings(leaves, hits)
-        if not findings:
-            return request
-        if self.policy == "raise":
-            self._log(findings)
-            raise ContextLeak(findings)
-        redacted = self._redact(request, leaves, hits, findings)
+        """``request`` itself if clean; else raise :class:`ContextLeak` or return a redacted copy (per policy).
+
+        The piece arm: short pieces of an artifact (``piece_min`` bytes or more; each found by a
+        fingerprint the protected set holds once, so common boilerplate never counts) that this guard's
+        checks let through are remembered as the protected bytes they cover. A request whose pieces,
+        with those already sent, would cover ``piece_limit`` bytes or more of some ``piece_window``
+        (``2 * min_match``) consecutive bytes of one artifact is refused (or those pieces redacted): a
+        passage sent piece by piece adds up; unrelated text that shares common phrases with a large
+        artifact, spread over it, does not. A run is this guard's lifetime, or until :meth:`new_run`.
+        Pieces of a refused request are not remembered (they were not sent), so what a run sends of
+        one passage stays under ``piece_limit``; nor are pieces in a leaf where the content arm found the
+        same artifact (it is refused, or redacted and its copy counted). Tested in
+        ``tests/security/test_guard_transforms.py``.
+        """
+        scanned = self._scan(request)
+        with self._run_lock:  # the decision and the record of what is sent, at once
+            totals = self._totals(scanned.shorts)
+            findings = self._findings(scanned, totals)
+            if not findings:
+                self._remember(scanned.shorts)
+                return request
+            if self.policy == "raise":
+                self._log(findings)
+                raise ContextLeak(findings)
+            redacted, sent = self._redact(request, scanned, totals, findings)
+            self._remember(sent)
         self._log(findings)
         return redacted
+
+    def new_run(self) -> None:
+        """Start a new run: forget the pieces sent so far, and the piece arm's cache (the protected index stays)."""
+        with self._run_lock:
+            self._sent.clear()
+        with self._lock:
+            self._piece_cache.clear()
 
     def redact_text(self, text: str) -> tuple[str, list[Finding]]:
         """``text`` with protected spans replaced by ``[refvault:<artifact_id>]``, and the findings (site ``text``).
 
-        Returns ``text`` itself when nothing was found. Does not log (the caller decides).
+        Returns ``text`` itself when nothing was found. Does not log (the caller decides). The content arm
+        only: log lines and spans are not part of a run's pieces.
         """
         leaves = [Leaf("text", "text", text, None)]
-        hits = self._content(leaves)
+        hits, _ = self._content(leaves, pieces=False)
         if not hits:
             return text, []
-        findings = self._findings(leaves, hits)
+        findings = self._findings(_Scanned(leaves, hits, []), {})
         redacted = _redact_leaf(hits[0], None)
         for _ in range(2):
-            again = self._content([Leaf("text", "text", redacted, None)])
+            again, _ = self._content([Leaf("text", "text", redacted, None)], pieces=False)
             if not again:
                 return redacted, findings
             redacted = _redact_leaf(again[0], None)
@@ -266,30 +378,70 @@ class LeakGuard:
 
     # -- the arms --------------------------------------------------------------------------------------------------
 
-    def _content(self, leaves: Sequence[Leaf]) -> dict[int, _LeafHits]:
+    def _scan(self, request: object) -> _Scanned:
+        """Leaves, content hits, and the piece-arm chains that count: not those in a leaf where the content arm
+        found the same artifact (that leaf is stopped, or redacted and scanned again, already)."""
+        leaves: list[Leaf] = []
+        walk(request, leaves.append, min_chars=self._min_chars, min_bytes=self._min_bytes)
+        hits, shorts = self._content(leaves)
+        found = {(i, owner) for i, entry in hits.items() for owner, _ in entry.cover}
+        return _Scanned(leaves, hits, [s for s in shorts if (s.leaf, s.owner) not in found])
+
+    def _content(self, leaves: Sequence[Leaf], *, pieces: bool = True) -> tuple[dict[int, _LeafHits], list[_Short]]:
+        """Content-arm hits per leaf and (with ``pieces``) piece-arm chains, over every view and decoded run.
+
+        Decoded runs (base64, hex) are scanned like text: their own views, and the runs inside them, to
+        ``_DECODE_DEPTH`` encodings deep and at most ``_DECODE_BUDGET`` times the scanned bytes (and 1 MiB).
+        The piece arm's chains of a leaf depend on its bytes and the piece index only: they are cached
+        per leaf until the index changes, so a run's history, sent again with every request, is not
+        scanned by that arm again.
+        """
         t = self.params.threshold
+        index = self._pieces if pieces else None
+        floor = t if index is None else self._floor
         raws: dict[int, bytes] = {}
-        pieces: list[_Piece] = []
+        scanned: list[_Piece] = []
+        shorts: list[_Short] = []
+        fresh: dict[int, tuple[str, int, int]] = {}  # leaves the piece arm scans: their cache keys
+        generation = index.generation if index is not None else 0
         for i, leaf in enumerate(leaves):
             value = leaf.value
-            if value is None or len(value) * (1 if isinstance(value, bytes) else 4) < t:
+            if value is None or len(value) * (1 if isinstance(value, bytes) else 4) < floor:
                 continue
             raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass")
-            if len(raw) < t:
+            if len(raw) < floor:
                 continue
             raws[i] = raw
-            for view in views(leaf, raw, t):
-                if view.windows is None:
-                    pieces.append(_Piece(i, view, view.data))
+            if index is not None:
+                key: tuple[str, int, int] = (leaf.kind, len(value), hash(value))  # a str caches its (keyed) hash
+                with self._lock:
+                    cached = self._piece_cache.get(key)
+                    if cached is not None:
+                        self._piece_cache.move_to_end(key)
+                if cached is not None and cached[0] == generation:
+                    shorts += (short._replace(leaf=i) for short in cached[1])
                 else:
-                    pieces.extend(_Piece(i, view, view.data[a:b], a) for a, b in view.windows if b - a >= t)
-        if not pieces:
-            return {}
+                    fresh[i] = key
+            for view in views(leaf, raw, t):
+                scanned.extend(_pieces_of(i, view, floor, None))
         hits: dict[int, _LeafHits] = {}
-        decoded = self._scan_pieces(pieces, leaves, raws, hits, find_base64=True)
-        if decoded:
-            self._scan_pieces(decoded, leaves, raws, hits, find_base64=False)
-        return hits
+        found: list[_Short] = []
+        budget = max(1 << 20, _DECODE_BUDGET * sum(len(p.data) for p in scanned))
+        for depth in range(_DECODE_DEPTH + 1):
+            if not scanned:
+                break
+            arm = (index if fresh else None, fresh, found, floor)
+            scanned, budget = self._scan_pieces(scanned, leaves, raws, hits, arm, depth < _DECODE_DEPTH, budget)
+        if index is not None and fresh:
+            by_leaf: dict[int, list[_Short]] = {i: [] for i in fresh}
+            for short in found:
+                by_leaf[short.leaf].append(short)
+            with self._lock:
+                for i, key in fresh.items():
+                    self._piece_cache[key] = (generation, by_leaf[i])
+                while len(self._piece_cache) > _PIECE_CACHE:
+                    del self._piece_cache[next(iter(self._piece_cache))]
+        return hits, shorts + found
 
     def _scan_pieces(
         self,
@@ -297,34 +449,57 @@ class LeakGuard:
         leaves: Sequence[Leaf],
         raws: dict[int, bytes],
         hits: dict[int, _LeafHits],
-        *,
-        find_base64: bool,
-    ) -> list[_Piece]:
-        """Match ``pieces``; record hits; return the decoded base64 runs found in their text (to scan next)."""
+        arm: tuple[FingerprintIndex | None, dict[int, tuple[str, int, int]], list[_Short], int],
+        decode: bool,
+        budget: int,
+    ) -> tuple[list[_Piece], int]:
+        """Match ``pieces``; record hits (and, if ``arm`` has an index, the piece-arm chains of the leaves it
+        names, in its list); return the pieces of the runs decoded in their text (to scan next) and the
+        budget left."""
+        index, fresh, shorts, floor = arm
         buf_bytes = b"".join(p.data for p in pieces)
         buf = np.frombuffer(buf_bytes, np.uint8)
         starts = np.zeros(len(pieces) + 1, np.int64)
         np.cumsum([len(p.data) for p in pieces], out=starts[1:])
-        for m in self._index.match(buf, starts):
+        folded = fold(buf, starts)
+        for m in self._index.match(folded, starts, folded=True):
             self._record(m, pieces[m.piece], int(starts[m.piece]), leaves, raws, hits)
-        if not find_base64:
-            return []
-        min_len = -(-4 * self.params.threshold // 3)
-        runs = base64_runs(buf, starts, min_len)
+        if index is not None:
+            chosen = [j for j, p in enumerate(pieces) if p.leaf in fresh and p.view.text]
+            sub, sub_starts = folded, starts
+            if len(chosen) < len(pieces):  # some leaves' chains are cached: scan the others only
+                sub = np.concatenate([folded[starts[j] : starts[j + 1]] for j in chosen] or [folded[:0]])
+                sub_starts = np.zeros(len(chosen) + 1, np.int64)
+                np.cumsum([len(pieces[j].data) for j in chosen], out=sub_starts[1:])
+            for m in index.match(sub, sub_starts, folded=True):
+                piece = pieces[chosen[m.piece]]
+                span = _locate(m.start, m.end, piece, int(sub_starts[m.piece]), leaves[piece.leaf])
+                shorts.append(_Short(piece.leaf, m.owner, m.coord, m.coord + m.verified, span))
+        if not decode:
+            return [], budget
+        t = self.params.threshold
+        runs = base64_runs(buf, starts, -(-4 * t // 3))
         decoded: list[_Piece] = []
         for j in range(0, runs.size, 2):
             start, end = int(runs[j]), int(runs[j + 1])
-            index = int(np.searchsorted(starts, start, side="right")) - 1
-            piece = pieces[index]
+            at = int(np.searchsorted(starts, start, side="right")) - 1
+            piece = pieces[at]
             if not piece.view.textual:
                 continue
-            lo = start - int(starts[index]) + piece.offset
-            hi = end - int(starts[index]) + piece.offset
-            mapping = piece.view.mapping
-            origin = (mapping.start(lo), mapping.end(hi)) if mapping else (lo, hi)
-            for payload in _base64_payloads(buf_bytes[start:end], self.params.threshold):
-                decoded.append(_Piece(piece.leaf, View(payload, None, True, False), payload, 0, origin))
-        return decoded
+            origin = piece.origin
+            if origin is None:
+                lo = start - int(starts[at]) + piece.offset
+                hi = end - int(starts[at]) + piece.offset
+                mapping = piece.view.mapping
+                origin = (mapping.start(lo), mapping.end(hi)) if mapping else (lo, hi)
+            run = buf_bytes[start:end]
+            for payload in [*_base64_payloads(run, t), *_hex_payloads(run, t)]:
+                budget -= len(payload)
+                if budget < 0:  # deliberately deep or wide encodings: out of reach (documented)
+                    return decoded, 0
+                for view in payload_views(payload, t):
+                    decoded.extend(_pieces_of(piece.leaf, view, floor, origin))
+        return decoded, budget
 
     @staticmethod
     def _record(
@@ -335,27 +510,52 @@ class LeakGuard:
         if entry is None:
             entry = hits[piece.leaf] = _LeafHits(leaf, raws[piece.leaf], [], set(), {})
         entry.cover.setdefault((m.owner, id(piece)), []).append((m.start, m.end))
-        if leaf.kind == "data" or (piece.view.whole and piece.origin is None):
+        span = _locate(m.start, m.end, piece, offset, leaf)
+        if span is None:
             entry.whole.add(m.owner)
-        elif piece.origin is not None:
-            entry.spans.append((piece.origin[0], piece.origin[1], m.owner))
         else:
-            lo, hi = m.start - offset + piece.offset, m.end - offset + piece.offset
-            mapping = piece.view.mapping
-            if mapping is not None:
-                lo, hi = mapping.start(lo), mapping.end(hi)
-            entry.spans.append((lo, hi, m.owner))
+            entry.spans.append((span[0], span[1], m.owner))
 
-    def _findings(self, leaves: Sequence[Leaf], hits: dict[int, _LeafHits]) -> list[Finding]:
+    # -- the piece arm ---------------------------------------------------------------------------------------------
+
+    def _totals(self, shorts: Sequence[_Short]) -> dict[str, int]:
+        """Per artifact with pieces here: the most bytes of any ``piece_window`` stretch of it that this run's
+        pieces with these would cover (lock held)."""
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for short in shorts:
+            spans.setdefault(short.owner, []).append((short.lo, short.hi))
+        empty = _Coverage()
+        return {owner: self._sent.get(owner, empty).densest(new, self.piece_window) for owner, new in spans.items()}
+
+    def _remember(self, shorts: Sequence[_Short]) -> None:
+        """Record the pieces of a request that is sent (lock held)."""
+        for short in shorts:
+            self._sent.setdefault(short.owner, _Coverage()).add(short.lo, short.hi)
+
+    # -- findings --------------------------------------------------------------------------------------------------
+
+    def _findings(self, scanned: _Scanned, totals: dict[str, int]) -> list[Finding]:
+        leaves, hits = scanned.leaves, scanned.hits
+        over = {owner: total for owner, total in totals.items() if total >= self.piece_limit}
+        pieces: dict[int, set[str]] = {}
+        for short in scanned.shorts:
+            if short.owner in over:
+                pieces.setdefault(short.leaf, set()).add(short.owner)
         findings: list[Finding] = []
+        threshold = self.size_threshold
         for i, leaf in enumerate(leaves):
             entry = hits.get(i)
-            if entry is not None:
-                findings.extend(
-                    Finding(leaf.site, owner, matched, "content") for owner, matched in entry.matched.items()
-                )
-            if leaf.size is not None and leaf.size >= self.size_threshold and not self._is_admitted(leaf):
-                findings.append(Finding(leaf.site, None, leaf.size, "size"))
+            if entry is not None or i in pieces:
+                matched = entry.matched if entry is not None else {}
+                findings += [Finding(leaf.site, owner, n, "content") for owner, n in matched.items()]
+                findings += [
+                    Finding(leaf.site, owner, over[owner], "pieces")
+                    for owner in sorted(pieces.get(i, ()))
+                    if owner not in matched
+                ]
+            size = leaf.size
+            if size is not None and size >= threshold and not self._is_admitted(leaf):
+                findings.append(Finding(leaf.site, None, size, "size"))
         return findings
 
     def _is_admitted(self, leaf: Leaf) -> bool:
@@ -368,8 +568,23 @@ class LeakGuard:
     # -- redaction and events --------------------------------------------------------------------------------------
 
     def _redact(
-        self, request: object, leaves: Sequence[Leaf], hits: dict[int, _LeafHits], findings: list[Finding]
-    ) -> object:
+        self, request: object, scanned: _Scanned, totals: dict[str, int], findings: list[Finding]
+    ) -> tuple[object, list[_Short]]:
+        """The redacted copy, and the pieces it still sends (of artifacts under ``piece_limit``)."""
+        leaves, hits = scanned.leaves, scanned.hits
+        for short in scanned.shorts:  # pieces of an artifact over the limit go like content hits
+            if totals.get(short.owner, 0) < self.piece_limit:
+                continue
+            entry = hits.get(short.leaf)
+            if entry is None:
+                value = leaves[short.leaf].value
+                raw = value if isinstance(value, bytes) else (value or "").encode("utf-8", "surrogatepass")
+                entry = hits[short.leaf] = _LeafHits(leaves[short.leaf], raw, [], set(), {})
+            entry.pieces[short.owner] = totals[short.owner]
+            if short.span is None:
+                entry.whole.add(short.owner)
+            else:
+                entry.spans.append((short.span[0], short.span[1], short.owner))
         oversized = {f.site: f.matched for f in findings if f.arm == "size"}
         by_site = {leaves[i].site: entry for i, entry in hits.items()}
 
@@ -384,11 +599,12 @@ class LeakGuard:
                 return None
             return _redact_leaf(entry, leaf.value)
 
-        redacted = walk(request, replace, rewrite=True, min_chars=self._min_chars)
-        remaining = [f for f in self.scan(redacted) if f.arm == "content"]
+        redacted = walk(request, replace, rewrite=True, min_chars=self._min_chars, min_bytes=self._min_bytes)
+        again = self._scan(redacted)
+        remaining = [f for f in self._findings(again, self._totals(again.shorts)) if f.arm != "size"]
         if remaining:  # cannot happen by construction; never send what the guard still sees
             raise ContextLeak(remaining)
-        return redacted
+        return redacted, again.shorts
 
     def _log(self, findings: Sequence[Finding]) -> None:
         _LOGGER.warning(
@@ -399,7 +615,9 @@ class LeakGuard:
     # -- accounting ------------------------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, int]:
-        """Counts only: artifacts, protected bytes, fingerprints, index bytes, segments, k, w."""
+        """Counts only: artifacts, protected bytes, fingerprints, index bytes, segments, k, w; the piece arm's
+        fingerprints and index bytes (0 when it is off)."""
+        pieces = self._pieces
         return {
             "artifacts": self._index.artifact_count,
             "protected_bytes": self._index.protected_bytes,
@@ -408,18 +626,88 @@ class LeakGuard:
             "segments": self._index.segment_count,
             "k": self.params.k,
             "w": self.params.w,
+            "piece_fingerprints": 0 if pieces is None else pieces.fingerprint_count,
+            "piece_index_bytes": 0 if pieces is None else pieces.nbytes,
         }
 
     def __repr__(self) -> str:
         s = self.stats()
         return (
             f"LeakGuard(min_match={self.min_match}, size_threshold={self.size_threshold}, policy={self.policy!r}, "
+            f"piece_min={self.piece_min}, piece_limit={self.piece_limit}, "
             f"artifacts={s['artifacts']}, protected_bytes={s['protected_bytes']}, "
             f"fingerprints={s['fingerprints']}, index_bytes={s['index_bytes']})"
         )
 
     def __reduce__(self) -> Any:
         raise TypeError("a LeakGuard cannot be pickled")
+
+
+def _pieces_of(leaf: int, view: View, floor: int, origin: tuple[int, int] | None) -> list[_Piece]:
+    """The pieces to scan of one view: all of it, or its windows of at least ``floor`` bytes."""
+    if view.windows is None:
+        return [_Piece(leaf, view, view.data, 0, origin)]
+    return [_Piece(leaf, view, view.data[a:b], a, origin) for a, b in view.windows if b - a >= floor]
+
+
+def _locate(start: int, end: int, piece: _Piece, offset: int, leaf: Leaf) -> tuple[int, int] | None:
+    """The raw span of the leaf that a match at ``[start, end)`` of the scanned buffer redacts (None: all of it)."""
+    if leaf.kind == "data" or (piece.view.whole and piece.origin is None):
+        return None
+    if piece.origin is not None:
+        return piece.origin
+    lo, hi = start - offset + piece.offset, end - offset + piece.offset
+    mapping = piece.view.mapping
+    if mapping is not None:
+        lo, hi = mapping.start(lo), mapping.end(hi)
+    return lo, hi
+
+
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Disjoint sorted spans covering what ``spans`` cover."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            if hi > out[-1][1]:
+                out[-1] = (out[-1][0], hi)
+        else:
+            out.append((lo, hi))
+    return out
+
+
+class _Coverage:
+    """Disjoint sorted spans of protected coordinates (the bytes of one artifact a run's pieces covered)."""
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def add(self, lo: int, hi: int) -> None:
+        i = bisect.bisect_left(self.ends, lo)  # the first span that may touch [lo, hi)
+        j = bisect.bisect_right(self.starts, hi)  # past the last one
+        if i < j:
+            lo, hi = min(lo, self.starts[i]), max(hi, self.ends[j - 1])
+        self.starts[i:j] = [lo]
+        self.ends[i:j] = [hi]
+
+    def densest(self, new: list[tuple[int, int]], window: int) -> int:
+        """The most bytes these spans and ``new`` cover in any ``window`` consecutive coordinates."""
+        lo = min(a for a, _ in new) - window
+        hi = max(b for _, b in new) + window
+        i, j = bisect.bisect_left(self.ends, lo), bisect.bisect_right(self.starts, hi)
+        spans = _union([*zip(self.starts[i:j], self.ends[i:j], strict=True), *new])
+        starts = [a for a, _ in spans]
+        before = [0]
+        for a, b in spans:
+            before.append(before[-1] + b - a)
+        best = 0
+        for t, (a, _) in enumerate(spans):  # a densest window starts where a span starts
+            end = a + window
+            u = bisect.bisect_left(starts, end)  # spans [t, u) start inside the window
+            best = max(best, before[u] - before[t] - max(0, spans[u - 1][1] - end))
+        return best
 
 
 def _payload_digest(payload: str) -> bytes:
@@ -472,14 +760,27 @@ def _base64_payloads(run: bytes, threshold: int) -> list[bytes]:
     return out
 
 
-def _collect(request: object, min_chars: int) -> list[Leaf]:
-    leaves: list[Leaf] = []
-    walk(request, leaves.append, min_chars=min_chars)
-    return leaves
+_HEX_RUN: Final = re.compile(rb"[0-9A-Fa-f](?:[0-9A-Fa-f\r\n\t ]*[0-9A-Fa-f])?")
+
+
+def _hex_payloads(run: bytes, threshold: int) -> list[bytes]:
+    """Decodings of the hex runs (upper or lower case, line breaks allowed) of ``threshold`` bytes or more in a
+    base64-looking run: from its first and from its second digit (a glued prefix may misalign it)."""
+    out: list[bytes] = []
+    need = 2 * threshold
+    for m in _HEX_RUN.finditer(run):
+        if m.end() - m.start() < need:
+            continue
+        digits = m.group().translate(None, b"\r\n\t ")
+        for shift in (0, 1):
+            body = digits[shift : len(digits) - (len(digits) - shift) % 2]
+            if len(body) >= need:
+                out.append(bytes.fromhex(body.decode()))
+    return out
 
 
 def _whole_marker(entry: _LeafHits) -> str:
-    matched = entry.matched
+    matched = {**entry.pieces, **entry.matched}
     owners = sorted(matched, key=lambda o: -matched[o])
     return "".join(marker(o) for o in owners)
 

@@ -55,8 +55,8 @@ replays), decoded from ``Content-Encoding`` ``gzip``/``deflate``/``identity``
   as one string: text bodies, form posts and multipart uploads of text files
   (a JSONL batch file, for instance);
 * a body that is not text (a multipart upload with binary parts, audio) is
-  scanned as bytes by the content arm only (an upload is not a tool payload, so
-  the size arm does not apply); a hit is refused under either policy, since
+  scanned as bytes by the content arm (and the piece arm) only (an upload is not
+  a tool payload, so the size arm does not apply); a hit is refused under either policy, since
   bytes cannot be redacted in place without corrupting the upload;
 * a body with a ``Content-Encoding`` is also scanned as sent (its raw bytes, by
   the content arm); one the guard cannot decode (``br``, ``zstd``, corrupt or
@@ -323,8 +323,9 @@ class GuardedTransport(_SyncTransportBase, _AsyncTransportBase):
             raise raised from None
 
     def _check_binary(self, request: Any, raw: bytes) -> None:
-        """A body that is not text: the content arm only, and a hit is refused under either policy."""
-        findings = [f for f in self.guard.scan(raw) if f.arm == "content"]
+        """A body that is not text: the content and piece arms (not the size arm), and a hit is refused under
+        either policy."""
+        findings = [f for f in self.guard.scan(raw) if f.arm != "size"]
         if findings:
             _GUARD_LOGGER.warning(
                 EVENT,

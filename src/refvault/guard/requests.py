@@ -40,10 +40,13 @@ value, and its strings are ``args``/``tool`` leaves with no size.
 with a map back to the leaf's own UTF-8 bytes (used to redact): the raw bytes;
 the raw bytes with JSON string escapes decoded (``\\n``, ``\\"``, ``\\uXXXX``
 with surrogate pairs; also ``\\xNN`` runs and ``\\'`` of a Python bytes repr),
-twice for JSON inside JSON; and for a data URL or a
-base64 field, the decoded payload (a hit there redacts the whole leaf).
-Base64 runs inside text are found by the scanner and decoded with
-:func:`decode_base64` (a hit redacts the run).
+twice for JSON inside JSON; then percent escapes decoded; then the text through
+:func:`normalize_text` (NFKC, case folding, ignorable characters dropped); and
+for a data URL or a base64 field, the decoded payload (a hit there redacts the
+whole leaf). Base64 and hex runs inside text are found by the scanner and
+decoded (a hit redacts the run), and so are the runs inside what they decode,
+to three encodings deep (:func:`payload_views`). Protected text goes through
+the same :func:`normalize_text` (:func:`normalized_form`).
 """
 
 from __future__ import annotations
@@ -55,13 +58,27 @@ import dataclasses
 import functools
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Final, Literal, NamedTuple
 from urllib.parse import unquote_to_bytes
 
-__all__ = ["Leaf", "LeafKind", "SpanMap", "View", "decode_base64", "views", "walk"]
+from refvault.guard.fingerprints import FOLD
+
+__all__ = [
+    "Leaf",
+    "LeafKind",
+    "SpanMap",
+    "View",
+    "decode_base64",
+    "normalize_text",
+    "normalized_form",
+    "payload_views",
+    "views",
+    "walk",
+]
 
 LeafKind = Literal["text", "tool", "args", "data", "key"]
 
@@ -100,6 +117,7 @@ _SIMPLE_ESCAPES: Final = {
     ord("t"): b"\t",
 }
 _UNESCAPE_LEVELS: Final = 2
+_PERCENT: Final = re.compile(rb"(?:%[0-9A-Fa-f]{2})+")
 _D: Final = ("d", "D")
 _SPECIAL_KEYS: Final = frozenset({"arguments", "input", "args", "response", "data", *_GEMINI_RESPONSES, *_DATA_KEYS})
 
@@ -128,26 +146,32 @@ _TOOL: Final = _Context("tool", True)
 _ARGS: Final = _Context("args", True)
 
 
-def walk(request: object, visit: Visitor, *, rewrite: bool = False, min_chars: int = 0) -> object:
+def walk(request: object, visit: Visitor, *, rewrite: bool = False, min_chars: int = 0, min_bytes: int = 0) -> object:
     """Call ``visit`` on every leaf of ``request``; with ``rewrite``, return a copy with the replacements made.
 
     Without ``rewrite`` the return value is ``request`` itself and replacements are ignored. Strings and
-    keys of fewer than ``min_chars`` characters inside containers are not visited (the guard passes a
-    length under which neither arm can flag anything).
+    keys inside containers of fewer than ``min_chars`` characters, or ASCII and of fewer than
+    ``min_bytes``, are not visited (the guard passes lengths under which no arm can flag anything).
     """
     if isinstance(request, str):
         return _string(request, "text", _TEXT, visit, rewrite, data_hint=False)
     if isinstance(request, bytes | bytearray | memoryview):
         return _leaf(Leaf("body", "data", bytes(request), len(request)), request, visit, rewrite)
-    return _Walker(visit, rewrite, min_chars).node(request, "", _TEXT, None)
+    return _Walker(visit, rewrite, min_chars, max(min_chars, min_bytes)).node(request, "", _TEXT, None)
 
 
 class _Walker:
-    def __init__(self, visit: Visitor, rewrite: bool, min_chars: int) -> None:
+    def __init__(self, visit: Visitor, rewrite: bool, min_chars: int, min_bytes: int) -> None:
         self.visit = visit
         self.rewrite = rewrite
         self.min_chars = min_chars
+        self.min_bytes = min_bytes
         self.active: set[int] = set()  # ids of objects being walked by their fields
+
+    def small(self, text: str) -> bool:
+        """Whether ``text`` is too short for any arm."""
+        n = len(text)
+        return n < self.min_chars or (n < self.min_bytes and text.isascii())
 
     def node(self, node: object, site: str, ctx: _Context, parent_key: str | None) -> object:
         kind = type(node)
@@ -204,16 +228,16 @@ class _Walker:
             text = str(node)
         except Exception:
             return node
-        if len(text) < self.min_chars:
+        if self.small(text):
             return node
         replaced = _string(text, site or "text", ctx, self.visit, self.rewrite, data_hint=False)
         return node if replaced is text else replaced
 
     def sequence(self, node: list[Any] | tuple[Any, ...], site: str, ctx: _Context, parent_key: str | None) -> object:
-        small = self.min_chars
+        small = self.min_bytes
         items = [
             item
-            if (type(item) is str and len(item) < small) or item is None
+            if (type(item) is str and len(item) < small and self.small(item)) or item is None
             else self.node(item, f"{site}[{i}]", ctx, parent_key)
             for i, item in enumerate(node)
         ]
@@ -229,7 +253,7 @@ class _Walker:
         ):
             ctx = _TOOL
         rewrite = self.rewrite
-        small = self.min_chars
+        small = self.min_bytes
         out: dict[Any, Any] = {}
         prefix = site + "." if site else ""
         for i, (key, value) in enumerate(node.items()):
@@ -237,18 +261,18 @@ class _Walker:
             name = _key_name(key) if kind_of_key is str else None
             value_type = type(value)
             if (
-                (value_type is str and len(value) < small)
+                (value_type is str and len(value) < small and self.small(value))
                 or value is None
                 or value_type is int
                 or value_type is bool
                 or value_type is float
-            ) and (name is not None or (kind_of_key is str and len(key) < small)):
+            ) and (name is not None or (kind_of_key is str and len(key) < small and self.small(key))):
                 if rewrite:  # nothing here can be flagged: skip the site and the leaf
                     out[key] = value
                 continue
             key_site = prefix + (name or f"<key {i}>")
             new_key = key
-            if name is None and isinstance(key, str) and len(key) >= small:
+            if name is None and isinstance(key, str) and not self.small(key):
                 new_key = _leaf(Leaf(f"{key_site}#key", "key", key, None), key, self.visit, rewrite)
                 if new_key in out:
                     new_key = f"{new_key}#{i}"
@@ -390,36 +414,76 @@ class View(NamedTuple):
     whole: bool  # a hit anywhere stands for the whole leaf (decoded binary payloads)
     textual: bool  # base64 runs inside it are looked for
     windows: list[tuple[int, int]] | None = None  # only these parts need scanning (None: all)
+    text: bool = True  # it may be text (the piece arm scans it); not base64 fields, not binary payloads
 
 
 def views(leaf: Leaf, raw: bytes, reach: int) -> list[View]:
     """The byte strings the content arm scans for ``leaf`` (whose UTF-8 bytes are ``raw``).
 
-    A decoded view differs from the one before it only around the escapes it decoded, and a span
-    of ``reach`` bytes or more that touches no decoded escape is in the view before it too; so only
-    the parts within ``reach - 1`` bytes of a decoded escape are scanned (all of it when a ``\\/``
-    was decoded, which may have split a base64 run).
+    Each view rewrites the one before it: JSON string escapes decoded (twice, for JSON inside JSON),
+    then percent escapes decoded, then the Unicode normalisation of :func:`normalize_text`. A view
+    differs from the one before it only around what it rewrote, and a span of ``reach`` bytes or more
+    that touches no rewritten part is in the view before it too; so only the parts within
+    ``reach - 1`` bytes of a rewrite are scanned (all of it when a rewrite produced a character of
+    the base64 alphabet that may have joined a base64 run: ``\\/``, ``%2B``, ``%2F``, ``%3D``).
+    A data leaf (a data URL or a base64 field) also gets its decoded payload and that payload's
+    views, each standing for the whole leaf.
     """
     binary_text = leaf.kind == "data" and isinstance(leaf.value, bytes)  # bytes leaves get text views too
-    if (leaf.kind != "data" or binary_text) and b"\\" not in raw:
-        return [View(raw, None, False, True)]
-    out = [View(raw, None, False, leaf.kind != "data" or binary_text)]
     if leaf.kind == "data" and not binary_text:
+        out = [View(raw, None, False, False, text=False)]
         payload = _decode_data(leaf.value)
         if payload:
-            out.append(View(payload, None, True, False))
+            out += payload_views(payload, reach)
         return out
-    current, mapping = raw, None
-    for _ in range(_UNESCAPE_LEVELS):
-        if b"\\" not in current:
-            break
-        decoded = _unescape(current, mapping, reach - 1)
-        if decoded is None:
-            break
-        slashes = b"\\/" in current
-        current, mapping, windows = decoded
-        out.append(View(current, mapping, False, True, None if slashes else windows))
+    if b"\\" not in raw and b"%" not in raw and raw.isascii():
+        return [View(raw, None, False, True)]
+    return [View(raw, None, False, True), *_rewritten(raw, reach, text=not binary_text or _is_utf8(raw))]
+
+
+def payload_views(payload: bytes, reach: int) -> list[View]:
+    """The views of a decoded payload (base64, hex, a data URL's): a hit in any stands for all of it.
+
+    A payload that is not UTF-8 text (an image, say) is scanned as it is, like a binary artifact, and
+    not by the piece arm."""
+    text = payload.isascii() or _is_utf8(payload)
+    out = [View(payload, None, True, True, text=text)]
+    if text and (b"\\" in payload or b"%" in payload or not payload.isascii()):
+        out += [v._replace(whole=True) for v in _rewritten(payload, reach, text=True)]
     return out
+
+
+def _rewritten(raw: bytes, reach: int, *, text: bool) -> list[View]:
+    out: list[View] = []
+    current, mapping = raw, None
+    for level in range(_UNESCAPE_LEVELS + 2):
+        if level < _UNESCAPE_LEVELS:
+            if b"\\" not in current:
+                continue
+            replacements, joins = _escapes(current), b"\\/" in current
+        elif level == _UNESCAPE_LEVELS:
+            if not text or b"%" not in current:
+                continue
+            replacements = _percent_escapes(current)
+            joins = any(decoded.translate(None, b"+/=") != decoded for *_, decoded in replacements)
+        else:
+            if not text or current.isascii():
+                continue
+            replacements, joins = _unicode_changes(current), False
+        rewritten = _rewrite(current, mapping, reach - 1, replacements)
+        if rewritten is None:
+            continue
+        current, mapping, windows = rewritten
+        out.append(View(current, mapping, False, True, None if joins else windows))
+    return out
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _decode_data(value: str | bytes | None) -> bytes | None:
@@ -447,19 +511,10 @@ def decode_base64(text: bytes) -> bytes | None:
         return None
 
 
-def _unescape(raw: bytes, outer: SpanMap | None, radius: int) -> tuple[bytes, SpanMap, list[tuple[int, int]]] | None:
-    """``raw`` with JSON string escapes decoded, a map from the result to ``raw`` (composed with ``outer``),
-    and the merged parts of the result within ``radius`` bytes of a decoded escape."""
-    parts: list[bytes] = []
-    mapping = SpanMap()
-    windows: list[tuple[int, int]] = []
-    out_len = 0
-    last = 0
+def _escapes(raw: bytes) -> list[tuple[int, int, bytes]]:
+    """``(start, end, decoded)`` of each JSON string escape (and ``\\xNN`` run, ``\\'``) in ``raw``."""
+    out: list[tuple[int, int, bytes]] = []
     for m in _ESCAPE.finditer(raw):
-        if m.start() > last:
-            mapping.add_mapped(out_len, last, m.start(), outer)
-            parts.append(raw[last : m.start()])
-            out_len += m.start() - last
         token = m.group()
         if token[1:2] == b"x":  # a bytes repr in log text: \\xNN runs are the bytes themselves
             decoded = bytes.fromhex(token.replace(b"\\x", b"").decode("ascii"))
@@ -468,8 +523,57 @@ def _unescape(raw: bytes, outer: SpanMap | None, radius: int) -> tuple[bytes, Sp
             decoded = units.decode("utf-16-be", "surrogatepass").encode("utf-8", "surrogatepass")
         else:
             decoded = _SIMPLE_ESCAPES[token[1]]
-        raw_start = outer.start(m.start()) if outer else m.start()
-        raw_end = outer.end(m.end()) if outer else m.end()
+        out.append((m.start(), m.end(), decoded))
+    return out
+
+
+def _percent_escapes(raw: bytes) -> list[tuple[int, int, bytes]]:
+    """``(start, end, decoded)`` of each run of percent escapes (``%41%42``) in ``raw``."""
+    return [(m.start(), m.end(), bytes.fromhex(m.group().replace(b"%", b"").decode())) for m in _PERCENT.finditer(raw)]
+
+
+def _unicode_changes(raw: bytes) -> list[tuple[int, int, bytes]]:
+    """``(start, end, normalised)`` of each run of non-ASCII characters (with the character before it, which a
+    combining mark may compose with) that :func:`normalize_text` changes beyond what the byte fold does.
+
+    The runs are normalised in one call, joined by NUL (which normalisation keeps and nothing composes
+    across); a text holding NUL itself is normalised run by run.
+    """
+    table = _FOLD_TABLE
+    if normalize_text(raw).translate(table) == raw.translate(table):
+        return []
+    spans = [m.span() for m in _NON_ASCII.finditer(raw)]
+    runs = [raw[start:end] for start, end in spans]
+    normal = [] if b"\x00" in raw else normalize_text(b"\x00".join(runs)).split(b"\x00")
+    if len(normal) != len(runs):
+        normal = [normalize_text(run) for run in runs]
+    return [
+        (*span, new)
+        for span, run, new in zip(spans, runs, normal, strict=True)
+        if run.translate(table) != new.translate(table)
+    ]
+
+
+def _rewrite(
+    raw: bytes, outer: SpanMap | None, radius: int, replacements: list[tuple[int, int, bytes]]
+) -> tuple[bytes, SpanMap, list[tuple[int, int]]] | None:
+    """``raw`` with the ``(start, end, new)`` replacements made (ascending, disjoint), a map from the result
+    to the leaf's raw bytes (composed with ``outer``), and the merged parts of the result within ``radius``
+    bytes of a replacement; None if there is none."""
+    if not replacements:
+        return None
+    parts: list[bytes] = []
+    mapping = SpanMap()
+    windows: list[tuple[int, int]] = []
+    out_len = 0
+    last = 0
+    for start, end, decoded in replacements:
+        if start > last:
+            mapping.add_mapped(out_len, last, start, outer)
+            parts.append(raw[last:start])
+            out_len += start - last
+        raw_start = outer.start(start) if outer else start
+        raw_end = outer.end(end) if outer else end
         mapping.add(out_len, raw_start, raw_end, False)
         lo, hi = max(0, out_len - radius), out_len + len(decoded) + radius
         if windows and lo <= windows[-1][1]:
@@ -478,11 +582,71 @@ def _unescape(raw: bytes, outer: SpanMap | None, radius: int) -> tuple[bytes, Sp
             windows.append((lo, hi))
         parts.append(decoded)
         out_len += len(decoded)
-        last = m.end()
-    if not parts:
-        return None
+        last = end
     if last < len(raw):
         mapping.add_mapped(out_len, last, len(raw), outer)
         parts.append(raw[last:])
         out_len += len(raw) - last
     return b"".join(parts), mapping, [(lo, min(hi, out_len)) for lo, hi in windows]
+
+
+# -- Unicode normalisation -------------------------------------------------------------------------------------------
+
+_FOLD_TABLE: Final = FOLD.tobytes()
+_NON_ASCII: Final = re.compile(rb"[\x00-\x7f]?[\x80-\xff]+")
+_IGNORABLE_EXTRA: Final = frozenset({0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F, 0x3164})
+
+
+@functools.cache
+def _unicode_classes() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(ignorable, separator) character classes of this Python's Unicode database, built on first use.
+
+    Ignorable: format characters (category Cf: zero-width space and joiners, word joiner, BOM, soft
+    hyphen, bidi controls, tags), variation selectors and the other default-ignorable code points.
+    Separator: non-ASCII punctuation and spaces (categories P and Z).
+    """
+    ignorable: list[int] = []
+    separator: list[int] = []
+    for block in (range(0x80, 0x20000), range(0xE0000, 0xE1000)):
+        for code in block:
+            category = unicodedata.category(chr(code))
+            if category == "Cf" or code in _IGNORABLE_EXTRA or 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:
+                ignorable.append(code)
+            elif category[0] in "PZ":
+                separator.append(code)
+    return re.compile(_char_class(ignorable)), re.compile(_char_class(separator))
+
+
+def _char_class(codes: list[int]) -> str:
+    ranges: list[list[int]] = []
+    for code in codes:
+        if ranges and ranges[-1][1] == code - 1:
+            ranges[-1][1] = code
+        else:
+            ranges.append([code, code])
+    return "[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges) + "]"
+
+
+def normalize_text(data: bytes) -> bytes:
+    """The Unicode normalisation both sides share: NFKC, case folding, ignorable characters removed,
+    non-ASCII punctuation and spaces made a space (bytes that are not UTF-8 are kept as they are).
+
+    Applied to protected text and to outgoing text alike, before the byte fold
+    (:data:`~refvault.guard.fingerprints.FOLD`); it is what makes full-width letters, zero-width
+    characters sprinkled through a text, non-ASCII capitals and typographic dashes or spaces match
+    the plain text. Tested in ``tests/security/test_guard_transforms.py``.
+    """
+    ignorable, separator = _unicode_classes()
+    text = unicodedata.normalize("NFKC", data.decode("utf-8", "surrogateescape")).casefold()
+    return separator.sub(" ", ignorable.sub("", text)).encode("utf-8", "surrogateescape")
+
+
+def normalized_form(data: bytes) -> bytes | None:
+    """The :func:`normalize_text` form of protected UTF-8 text when it differs beyond the byte fold; else None.
+
+    Bytes that are not UTF-8 (binary artifacts) and ASCII text (which the byte fold covers) have none.
+    """
+    if data.isascii() or not _is_utf8(data):
+        return None
+    normal = normalize_text(data)
+    return None if normal.translate(_FOLD_TABLE) == data.translate(_FOLD_TABLE) else normal
