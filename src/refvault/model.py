@@ -4,7 +4,7 @@ Invariants (each tested in ``tests/test_model.py`` or the conformance suite):
 
 * :class:`Scope` ``(tenant, user, session)`` is the read key. It is validated on
   construction, so a Scope that exists is well formed.
-* :class:`Descriptor` has exactly ten top-level fields (DESIGN.md); all other
+* :class:`Descriptor` has exactly ten top-level fields; all other
   detail nests inside them. It is frozen and its nested mappings are read-only:
   a descriptor is a snapshot of trusted service state that callers cannot edit.
 * Media types are canonical (``type/subtype`` lowercased, parameters sorted,

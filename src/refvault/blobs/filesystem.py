@@ -5,7 +5,7 @@ Layout under the store root (every name below ``blobs/`` is hex)::
     blobs/<namespace:32 hex>/<digest[:2]>/<digest:64 hex>    read-only published objects
     tmp/<random hex>.tmp                                   private temporaries
 
-Writing follows DESIGN.md "Writing bytes safely": temporary file, written by
+Writing bytes safely: temporary file, written by
 the caller while it hashes, ``fsync`` of the file, ``rename`` into place,
 ``fsync`` of the destination directory (and of any directory just created).
 The temporary lives in ``tmp/`` on the same filesystem rather than in the
