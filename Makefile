@@ -29,6 +29,8 @@ check: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/mypy src
+	$(BIN)/lint-imports --no-logo
+	$(BIN)/python -m refvault.devtools.ref_sites
 
 test: check
 	$(BIN)/python -m pytest
@@ -46,4 +48,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench examples
 
 clean:
-	rm -rf $(VENV) .refvault .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .refvault .mypy_cache .pytest_cache .ruff_cache .import_linter_cache

@@ -65,7 +65,7 @@ from harness import (
 )
 
 from refvault.vault.commit import GroupCommit
-from refvault.vault.vault import Vault
+from refvault.vault.core import Vault
 
 # -- the raw baselines ---------------------------------------------------------------------------------------------
 

@@ -68,7 +68,7 @@ from harness import (
 )
 
 from refvault.toolbox import Observation, Ref, Toolbox
-from refvault.vault.vault import Vault
+from refvault.vault.core import Vault
 
 TARGET_ADDED_US = 50.0
 ARGS_JSON = '{"a": 1, "b": 2}'

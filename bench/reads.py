@@ -64,7 +64,7 @@ from harness import (
 
 from refvault import read
 from refvault.model import Scope
-from refvault.vault.vault import Vault
+from refvault.vault.core import Vault
 
 SEED = 20261129
 PAGE = 1000  # the page reached through cursors

@@ -9,6 +9,7 @@ PostgreSQL and a real SeaweedFS S3 gateway, started once per session by
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -25,6 +26,11 @@ from refvault.blobs.memory import MemoryBlobStore
 from refvault.catalog.memory import MemoryCatalog
 from refvault.catalog.sql import SqlCatalog
 from tests.servers import S3Endpoint, fresh_database, fresh_prefix, run_postgres, run_seaweedfs
+
+
+def payload(size: int, seed: int = 0) -> bytes:
+    """``size`` deterministic pseudo-random bytes (the same for the same size and seed)."""
+    return hashlib.shake_256(f"{seed}:{size}".encode()).digest(size) if size else b""
 
 
 class Clock:
@@ -184,6 +190,25 @@ def make_vault(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
 @pytest.fixture
 def vault(make_vault: Callable[..., Vault], clock: Clock) -> Vault:
     return make_vault(clock=clock)
+
+
+@pytest.fixture
+def embedded_vault(tmp_path: Path) -> Iterator[Vault]:
+    """One embedded store (SQLite catalog, filesystem blobs) at ``tmp_path / "store"``, closed after the test.
+
+    For tests of one backend only: a module (or a directory's ``conftest.py``) selects it as its
+    ``vault`` with ``def vault(embedded_vault): return embedded_vault``.
+    """
+    with Vault.open(tmp_path / "store") as opened:
+        yield opened
+
+
+@pytest.fixture
+def memory_vault() -> Iterator[Vault]:
+    """One in-memory vault (memory blobs and catalog, the real clock), closed after the test."""
+    opened = Vault(MemoryBlobStore(), MemoryCatalog())
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

@@ -10,6 +10,9 @@
 Both stop when the session ends. SeaweedFS has been seen to outlive a
 SIGTERM, so it gets SIGKILL after a grace period. Nothing here is skipped: a
 test that needs a server fails if it cannot be started.
+
+Also shared by every test that starts a process on loopback: ``free_port``,
+``stop_process`` and ``serve`` (``refvault serve`` with three API keys).
 """
 
 from __future__ import annotations
@@ -31,7 +34,17 @@ from pathlib import Path
 import httpx
 import sqlalchemy as sa
 
-__all__ = ["S3Endpoint", "fresh_database", "fresh_prefix", "run_postgres", "run_seaweedfs", "stop_process"]
+__all__ = [
+    "LiveServer",
+    "S3Endpoint",
+    "free_port",
+    "fresh_database",
+    "fresh_prefix",
+    "run_postgres",
+    "run_seaweedfs",
+    "serve",
+    "stop_process",
+]
 
 
 @dataclass(frozen=True)
@@ -68,7 +81,7 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
         proc.wait(10)
 
 
-def _free_port(avoid_plus: int = 0) -> int:
+def free_port(avoid_plus: int = 0) -> int:
     """A free loopback port; with ``avoid_plus``, one whose ``port + avoid_plus`` is free too."""
     for _ in range(200):
         with socket.socket() as s:
@@ -174,7 +187,7 @@ def run_seaweedfs() -> Iterator[S3Endpoint]:
         return
     work = Path(tempfile.mkdtemp(prefix="refvault-s3-"))
     # Every SeaweedFS service also listens on port + 10000 for gRPC.
-    ports = {name: _free_port(avoid_plus=10000) for name in ("master", "volume", "filer", "s3")}
+    ports = {name: free_port(avoid_plus=10000) for name in ("master", "volume", "filer", "s3")}
     log = (work / "weed.log").open("wb")
     proc = subprocess.Popen(
         [
@@ -236,3 +249,49 @@ def _create_bucket(endpoint: S3Endpoint) -> None:
 def fresh_prefix(endpoint: S3Endpoint) -> str:
     """A new, empty ``s3://bucket/prefix`` location in the shared test bucket."""
     return f"s3://{endpoint.bucket}/t-{secrets.token_hex(6)}"
+
+
+# -- refvault serve ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    url: str
+    store: Path
+    token: str  # acme/ana, every session
+    foreign_token: str  # globex/gus
+    s1_token: str  # acme/ana, session s1 only
+
+
+@contextlib.contextmanager
+def serve(store: Path, *options: str) -> Iterator[LiveServer]:
+    """``refvault serve --store STORE [OPTIONS]`` on a free loopback port, with three API keys made before it starts."""
+    from refvault import Vault
+    from refvault.keys import create_key
+
+    with Vault.open(store) as vault:
+        _, token = create_key(vault, "acme", "ana")
+        _, foreign = create_key(vault, "globex", "gus")
+        _, s1_only = create_key(vault, "acme", "ana", sessions=["s1"])
+    port = free_port()
+    command = [str(Path(sys.executable).with_name("refvault")), "serve", "--store", str(store), "--port", str(port)]
+    log = open(store.parent / f"serve-{port}.log", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [*command, *options, "--no-access-log"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"refvault serve did not start: {(store.parent / f'serve-{port}.log').read_text()}")
+            time.sleep(0.05)
+        yield LiveServer(url, store, token, foreign, s1_only)
+    finally:
+        stop_process(proc)
+        log.close()

@@ -15,23 +15,24 @@ The public surface is re-exported here and imported lazily, so
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from refvault.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
     "Artifact": "refvault.toolbox.toolbox",
     "AsyncVault": "refvault.vault.aio",
-    "AuditRecord": "refvault.vault.vault",
+    "AuditRecord": "refvault.vault.core",
     "Client": "refvault.client",
     "ArtifactStream": "refvault.vault.verified",
     "Descriptor": "refvault.model",
-    "GcReport": "refvault.vault.vault",
+    "GcReport": "refvault.vault.core",
     "Principal": "refvault.model",
     "Scope": "refvault.model",
-    "Vault": "refvault.vault.vault",
-    "VerifyReport": "refvault.vault.vault",
+    "Vault": "refvault.vault.core",
+    "VerifyReport": "refvault.vault.core",
     "errors": "refvault.errors",
     "evidence": "refvault.evidence",
     "Observation": "refvault.toolbox.toolbox",
@@ -142,19 +143,7 @@ if TYPE_CHECKING:
     from refvault.toolbox.ref import Ref
     from refvault.toolbox.toolbox import Artifact, Observation, Toolbox, ToolContext, ToolEvent
     from refvault.vault.aio import AsyncVault
-    from refvault.vault.vault import AuditRecord, GcReport, Vault, VerifyReport
+    from refvault.vault.core import AuditRecord, GcReport, Vault, VerifyReport
     from refvault.vault.verified import ArtifactStream
 
-
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'refvault' has no attribute {name!r}")
-    module = import_module(module_name)
-    value = module if name in ("errors", "evidence", "read") else getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -4,10 +4,13 @@
 taking the scope first (``put``, ``describe``, ``read_bytes``, ``read_range``,
 ``stream``, ``list``, ``delete``), plus the selective reads of
 :mod:`refvault.read` as methods (``window``, ``grep``, ``query``, ``derive``)
-and ``verify_artifact``. ``refvault.read.window/grep/query/derive`` and a
-:class:`~refvault.Toolbox` accept a client wherever they accept a vault.
+and ``verify_artifact``. It is the vault contract
+(:class:`refvault.contract.VaultContract`) over HTTP: its ``read_selection``
+sends the request types of :mod:`refvault.operations` to the server, so
+``refvault.read.window/grep/query/derive`` and a :class:`~refvault.Toolbox`
+accept a client wherever they accept a vault.
 
-Invariants, and where each is enforced and tested (``tests/test_client.py``,
+Invariants, and where each is enforced and tested (``tests/client/test_client.py``,
 against a live server):
 
 * **The key decides the scope.** Every request carries the API key and the
@@ -45,84 +48,57 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar, Unpack, cast
 from urllib.parse import urlsplit
 
 import httpx
 
-from refvault import errors
+from refvault.contract import LocalRead, VaultContract
 from refvault.errors import (
     IntegrityError,
     InvalidArgument,
     InvalidMetadata,
-    RefvaultError,
+    InvalidType,
     StorageError,
 )
 from refvault.ids import check_artifact_id
-from refvault.model import (
-    Descriptor,
-    Disclosure,
-    Scope,
-    canonical_media_type,
-    checked_completeness,
-    checked_disclosure,
-    checked_filename,
-    checked_json,
-    checked_label,
-    format_time,
-    parse_time,
+from refvault.limits import (
+    DEFAULT_GREP_MATCHES,
+    DEFAULT_GREP_SECONDS,
+    DEFAULT_QUERY_LIMIT,
+    DEFAULT_QUERY_SECONDS,
+    DEFAULT_WINDOW_CHARS,
+    LIST_PAGE,
 )
-
-if TYPE_CHECKING:
-    from refvault.read.records import RecordSet
-    from refvault.vault.vault import Vault
+from refvault.model import Descriptor, Scope, format_time
+from refvault.operations import (
+    CaptureMetadata,
+    CaptureOptions,
+    GrepRequest,
+    ListPage,
+    QueryRequest,
+    RecordSet,
+    RecordSetRequest,
+    Selection,
+    WindowRequest,
+    check_byte_span,
+    is_count,
+)
+from refvault.problems import PROBLEM_MEDIA_TYPE, PROBLEM_PREFIX, error_from_problem
 
 __all__ = ["Client", "ClientStream", "VaultLike"]
 
-VaultLike: TypeAlias = "Vault | Client"
-"""What the read functions and the Toolbox accept: a local vault or a client of a remote one."""
+VaultLike: TypeAlias = VaultContract
+"""What the read functions and the Toolbox accept: a local vault or a client of a remote one (the vault contract)."""
+
+T = TypeVar("T")
 
 CHUNK = 1 << 20
-LIST_PAGE = 100
-_PROBLEM_PREFIX = "urn:refvault:problem:"
 _TITLE_CHARS = 200
 _DETAIL_CHARS = 2000
 MAX_PROBLEM_BYTES = 64 * 1024  # of an error answer read at most; a longer one is shown by status alone
-_CURSOR_REASONS = frozenset(
-    ("malformed", "signature", "unknown_key", "key_retired", "expired", "artifact", "query", "caller")
-)
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 _ETAG = re.compile(r'^(?:W/)?"(?:sha256:)?([0-9a-f]{64})"$')
-
-# Errors whose constructor takes just a message (the detail the server wrote, never content).
-_PLAIN: dict[str, type[RefvaultError]] = {
-    cls.__name__: cls
-    for cls in (
-        errors.RefvaultError,
-        errors.InvalidArgument,
-        errors.InvalidScope,
-        errors.InvalidId,
-        errors.InvalidMetadata,
-        errors.InvalidQuery,
-        errors.UnsupportedRead,
-        errors.IdempotencyConflict,
-        errors.StorageError,
-        errors.TooLarge,
-        errors.Unauthenticated,
-        errors.Forbidden,
-        errors.RequestTimeout,
-    )
-}
-# When the problem names no class we know: the class for its status.
-_BY_STATUS: dict[int, type[RefvaultError]] = {
-    400: errors.InvalidArgument,
-    401: errors.Unauthenticated,
-    403: errors.Forbidden,
-    408: errors.RequestTimeout,
-    409: errors.IdempotencyConflict,
-    413: errors.TooLarge,
-    422: errors.UnsupportedRead,
-}
 
 
 class Client:
@@ -256,23 +232,7 @@ class Client:
 
     # -- capture -----------------------------------------------------------------------
 
-    def put(
-        self,
-        scope: Scope,
-        data: object,
-        *,
-        media_type: str = "application/octet-stream",
-        tool_call_id: str | None = None,
-        run_id: str | None = None,
-        source_version: dict[str, Any] | None = None,
-        completeness: dict[str, Any] | None = None,
-        schema_version: str | None = None,
-        expires_at: datetime | None = None,
-        disclosure: Disclosure = "model",
-        idempotency_key: str | None = None,
-        filename: str | None = None,
-        created_at: datetime | None = None,
-    ) -> Descriptor:
+    def put(self, scope: Scope, data: object, **options: Unpack[CaptureOptions]) -> Descriptor:
         """Capture ``data`` in ``scope``; return its descriptor once the server has made it durable.
 
         ``data`` is ``bytes``, a binary file object or an iterable of ``bytes``,
@@ -281,25 +241,25 @@ class Client:
         """
         from refvault.vault.ingest import aligned_chunks
 
+        capture = CaptureMetadata.of(options)
         metadata: dict[str, Any] = {
-            "media_type": canonical_media_type(media_type),
-            "disclosure": checked_disclosure(disclosure),
-            "filename": checked_filename(filename),
-            "tool_call_id": checked_label("tool_call_id", tool_call_id),
-            "run_id": checked_label("run_id", run_id),
-            "schema_version": checked_label("schema_version", schema_version),
-            "expires_at": _moment("expires_at", expires_at),
-            "created_at": _moment("created_at", created_at),
+            "media_type": capture.media_type,
+            "disclosure": capture.disclosure,
+            "filename": capture.filename,
+            "tool_call_id": capture.tool_call_id,
+            "run_id": capture.run_id,
+            "schema_version": capture.schema_version,
+            "expires_at": _moment("expires_at", capture.expires_at),
+            "created_at": _moment("created_at", capture.created_at),
         }
-        if source_version is not None:
-            metadata["source_version"] = checked_json("source_version", source_version)
-        if completeness is not None:
-            metadata["completeness"] = checked_completeness(completeness)
+        if capture.source_version is not None:
+            metadata["source_version"] = capture.source_version
+        if capture.completeness is not None:
+            metadata["completeness"] = capture.completeness
         headers = self._headers(scope, {"Content-Type": metadata["media_type"]})
         headers["Refvault-Metadata"] = json.dumps({k: v for k, v in metadata.items() if v is not None})
-        key = checked_label("idempotency_key", idempotency_key)
-        if key is not None:
-            headers["Idempotency-Key"] = key
+        if capture.idempotency_key is not None:
+            headers["Idempotency-Key"] = capture.idempotency_key
         chunks = aligned_chunks(data)
         first = next(chunks, None)  # a wrong kind of input fails here, before anything is sent
         second = next(chunks, None) if first is not None else None
@@ -325,8 +285,7 @@ class Client:
         The server verifies the chunks it reads; a range that turns out to be the
         whole artifact is hashed here as well.
         """
-        if not _is_count(offset) or not (length is None or _is_count(length)):
-            raise InvalidArgument("offset and length must be non-negative integers (length may be None)")
+        check_byte_span(offset, length)
         if offset == 0 and length is None:
             return self.read_bytes(scope, artifact_id)
         if length == 0:
@@ -377,13 +336,15 @@ class Client:
         found: list[Descriptor] = []
         offset: int | None = 0
         while offset is not None:
-            page = self._json(self._call("GET", "/artifacts", scope, params={"limit": LIST_PAGE, "offset": offset}))
+            wanted = ListPage(limit=LIST_PAGE, offset=offset)
+            params = {"limit": wanted.limit, "offset": wanted.offset}
+            page = self._json(self._call("GET", "/artifacts", scope, params=params))
             try:
                 found.extend(Descriptor.from_dict(item) for item in page["items"])
                 following = page["next_offset"]
             except (InvalidMetadata, KeyError, TypeError):
                 raise StorageError(f"the refvault server at {self.url} sent a malformed listing") from None
-            if following is not None and (not _is_count(following) or following <= offset):
+            if following is not None and (not is_count(following) or following <= offset):
                 raise StorageError(f"the refvault server at {self.url} sent a malformed listing")
             offset = following
         return found
@@ -399,6 +360,42 @@ class Client:
 
     # -- selective reads (the server runs refvault.read) -------------------------------
 
+    def read_selection(self, scope: Scope, artifact_id: str, request: Selection[T], local: LocalRead[T]) -> T:
+        """Have the server run a selective read (the vault contract's door for them); ``local`` is not called."""
+        answer: object
+        if isinstance(request, WindowRequest):
+            answer = self.window(
+                scope, artifact_id, lines=request.lines, byte_range=request.byte_range, max_chars=request.max_chars
+            )
+        elif isinstance(request, GrepRequest):
+            answer = self.grep(
+                scope,
+                artifact_id,
+                request.pattern,
+                regex=request.regex,
+                max_matches=request.max_matches,
+                from_line=request.from_line,
+                max_seconds=request.max_seconds,
+            )
+        elif isinstance(request, QueryRequest):
+            answer = self.query(
+                scope,
+                artifact_id,
+                where=request.where,
+                fields=request.fields,
+                order=request.order,
+                limit=request.limit,
+                record_range=request.record_range,
+                cursor=request.cursor,
+                max_seconds=request.max_seconds,
+                max_scan=request.max_scan,
+            )
+        elif isinstance(request, RecordSetRequest):
+            answer = self.derive(scope, artifact_id) if request.build else self.derived_records(scope, artifact_id)
+        else:
+            raise InvalidArgument(f"not a selective read: {type(request).__name__}")
+        return cast(T, answer)
+
     def window(
         self,
         scope: Scope,
@@ -406,7 +403,7 @@ class Client:
         *,
         lines: Sequence[int | None] | None = None,
         byte_range: Sequence[int] | None = None,
-        max_chars: int = 20_000,
+        max_chars: int = DEFAULT_WINDOW_CHARS,
     ) -> dict[str, Any]:
         """:func:`refvault.read.window`, run by the server."""
         params: dict[str, Any] = {"max_chars": _number("max_chars", max_chars)}
@@ -425,16 +422,16 @@ class Client:
         pattern: str,
         *,
         regex: bool = False,
-        max_matches: int = 100,
+        max_matches: int = DEFAULT_GREP_MATCHES,
         from_line: int = 0,
-        max_seconds: float = 5.0,
+        max_seconds: float = DEFAULT_GREP_SECONDS,
     ) -> dict[str, Any]:
         """:func:`refvault.read.grep`, run by the server."""
         if not isinstance(pattern, str) or not pattern:
             raise InvalidArgument("pattern must be a non-empty string")
         if not isinstance(regex, bool):
             raise InvalidArgument("regex must be true or false")
-        params = {
+        params = {  # the rest is sent as given: the server checks it
             "pattern": pattern,
             "regex": "true" if regex else "false",
             "max_matches": _number("max_matches", max_matches),
@@ -451,14 +448,14 @@ class Client:
         where: object = None,
         fields: object = None,
         order: object = None,
-        limit: object = 100,
+        limit: object = DEFAULT_QUERY_LIMIT,
         record_range: object = None,
         cursor: object = None,
-        max_seconds: float = 10.0,
+        max_seconds: float = DEFAULT_QUERY_SECONDS,
         max_scan: int | None = None,
     ) -> dict[str, Any]:
         """:func:`refvault.read.query`, run by the server; cursors it returns work with this method."""
-        body = {
+        body = {  # the server checks every argument: sent as given
             "where": where,
             "fields": fields,
             "order": order,
@@ -482,8 +479,6 @@ class Client:
         return self._records(scope, artifact_id, build=False)
 
     def _records(self, scope: Scope, artifact_id: str, *, build: bool) -> RecordSet | None:
-        from refvault.read.records import RecordSet
-
         params = {"build": "true" if build else "false"}
         response = self._call("GET", self._path(artifact_id, "/records"), scope, artifact_id, params=params)
         answer = self._json(response)
@@ -502,7 +497,7 @@ class Client:
             )
         except (KeyError, TypeError, ValueError):
             raise StorageError(f"the refvault server at {self.url} sent a malformed record set") from None
-        if not _is_count(count) or record_set.artifact_id != artifact_id:
+        if not is_count(count) or record_set.artifact_id != artifact_id:
             raise StorageError(f"the refvault server at {self.url} sent a malformed record set")
         return record_set
 
@@ -601,7 +596,7 @@ class ClientStream(io.RawIOBase):
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         """Fill ``buffer`` with the next bytes (short only at the end, which is verified first)."""
         if self.closed:
-            raise ValueError("I/O operation on closed stream")
+            raise InvalidArgument("I/O operation on closed stream")  # a ValueError, as io's own
         target = memoryview(buffer).cast("B")
         filled = 0
         while filled < len(target):
@@ -649,12 +644,8 @@ def _upload(first: memoryview | None, second: memoryview | None, rest: Iterator[
 
 def _text(value: object) -> str:
     if not isinstance(value, str):
-        raise TypeError("not a string")
+        raise InvalidType("not a string")
     return value
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _number(name: str, value: object) -> str:
@@ -725,7 +716,7 @@ def _read_at_most(response: httpx.Response, limit: int) -> bytes | None:
 
 
 def _problem(response: httpx.Response, body: bytes | None) -> dict[str, Any] | None:
-    if body is None or not response.headers.get("content-type", "").startswith("application/problem+json"):
+    if body is None or not response.headers.get("content-type", "").startswith(PROBLEM_MEDIA_TYPE):
         return None
     try:
         problem = json.loads(body)
@@ -750,38 +741,25 @@ def _raise_problem(response: httpx.Response, body: bytes | None, artifact_id: st
     """
     status = response.status_code
     problem = _problem(response, body)
-    ours = problem is not None and str(problem.get("type", "")).startswith(_PROBLEM_PREFIX)
+    ours = problem is not None and str(problem.get("type", "")).startswith(PROBLEM_PREFIX)
     title = _shown(problem.get("title"), _TITLE_CHARS) if problem is not None else None
     if problem is None or not ours:
         raise StorageError(f"the refvault server answered HTTP {status}" + (f" ({title})" if title else ""))
-    slug = str(problem["type"])[len(_PROBLEM_PREFIX) :]
+    slug = str(problem["type"])[len(PROBLEM_PREFIX) :]
     name = problem.get("error")
     name = name if isinstance(name, str) else ""
     detail = _shown(problem.get("detail"), _DETAIL_CHARS) or title or f"HTTP {status}"
-    shown_id = artifact_id or "(unknown)"
     if status == 416:
         raise _RangeNotSatisfiable(detail)
-    if name == "NotFound" or (status == 404 and not name):
-        raise errors.NotFound(shown_id)
-    if name == "Expired" or (status == 410 and not name):
-        raise errors.Expired(shown_id, _moment_in(detail) or "an earlier time")
-    if name == "SealedArtifact" or slug == "sealed":
-        raise errors.SealedArtifact(shown_id)
-    if name == "InvalidCursor" or slug == "invalid-cursor":
-        reason = problem.get("reason")
-        message = re.sub(r"^invalid cursor \([^)]*\): ", "", detail)
-        raise errors.InvalidCursor(reason if reason in _CURSOR_REASONS else "malformed", message)
-    if name == "IntegrityError" or slug == "integrity-error":
-        raise IntegrityError(detail)
-    if name == "TooManyRequests" or status == 429:
-        raise errors.TooManyRequests(detail, retry_after=_retry_after(response.headers.get("retry-after")))
-    if name in _PLAIN:
-        raise _PLAIN[name](detail)
-    if slug == "too-large":  # the server's own subclass (a body over its max_body)
-        raise errors.TooLarge(detail)
-    if status in _BY_STATUS:
-        raise _BY_STATUS[status](detail)
-    raise StorageError(detail if status >= 500 else f"the refvault server answered HTTP {status}: {detail}")
+    raise error_from_problem(
+        status,
+        slug,
+        name,
+        detail,
+        artifact_id=artifact_id or "(unknown)",
+        reason=problem.get("reason"),
+        retry_after=_retry_after(response.headers.get("retry-after")),
+    )
 
 
 def _retry_after(header: str | None) -> int:
@@ -791,13 +769,7 @@ def _retry_after(header: str | None) -> int:
     return max(1, min(int(header.strip()), 3600))
 
 
-def _moment_in(detail: str) -> str | None:
-    """The expiry moment at the end of an ``Expired`` detail, if it is one."""
-    found = re.search(r"expired at (\S{1,40})$", detail)
-    if found is None:
-        return None
-    try:
-        parse_time(found.group(1))
-    except (ValueError, OverflowError, TypeError):
-        return None
-    return found.group(1)
+if TYPE_CHECKING:  # mypy checks here that the client satisfies the vault contract
+
+    def _satisfies_contract(client: Client) -> VaultContract:
+        return client

@@ -17,6 +17,7 @@ caller owns is identical to the message about an artifact that does not exist.
     │   ├── InvalidQuery                 a record query names an unknown field or op, or a wrong value type
     │   ├── InvalidCursor                a cursor is forged, altered, expired, or reused for another query
     │   └── UnsupportedRead              this read does not apply to this artifact (e.g. a window of a PNG)
+    ├── InvalidType (TypeError)          a value of the wrong kind: a Ref from a non-string, an unpicklable guard
     ├── NotFound (LookupError)           absent, deleted, or not yours (indistinguishable)
     ├── Expired                          past expires_at (only the owner ever sees this)
     ├── IdempotencyConflict              key reused in the same scope for different bytes
@@ -45,6 +46,7 @@ __all__ = [
     "IdempotencyConflict",
     "IntegrityError",
     "InvalidArgument",
+    "InvalidType",
     "InvalidId",
     "InvalidMetadata",
     "InvalidScope",
@@ -131,9 +133,16 @@ class InvalidQuery(InvalidArgument):
     """A record query is malformed: unknown field or op, a value of the wrong type, a bad order or range."""
 
 
+CURSOR_REASONS = frozenset(
+    ("malformed", "signature", "unknown_key", "key_retired", "expired", "artifact", "query", "caller")
+)
+"""Every ``InvalidCursor.reason``."""
+
+
 class InvalidCursor(InvalidArgument):
     """A cursor was refused. ``reason`` is one of ``malformed``, ``signature``, ``unknown_key``,
-    ``key_retired``, ``expired``, ``artifact``, ``query``, ``caller``; a cursor never authorises anything.
+    ``key_retired``, ``expired``, ``artifact``, ``query``, ``caller`` (:data:`CURSOR_REASONS`);
+    a cursor never authorises anything.
     """
 
     def __init__(self, reason: str, message: str) -> None:
@@ -281,3 +290,9 @@ class TooManyRequests(RefvaultError):
 
 class RequestTimeout(RefvaultError):
     """The client stopped sending its request body for longer than the server waits; nothing was stored."""
+
+
+class InvalidType(RefvaultError, TypeError):
+    """A value of the wrong kind where Python raises ``TypeError``: a ``Ref`` made from a non-string, a tool
+    signature with ``*args``, a tool result holding bytes or a generator, a ``LeakGuard`` pickled. Nothing was written.
+    """

@@ -16,7 +16,7 @@
 
 A content hash proves the bytes are the ones captured; it does not prove they
 are fit for a decision. The gate answers the second question from trusted
-state only. Invariants (tested in ``tests/test_evidence.py``):
+state only. Invariants (tested in ``tests/evidence/test_gate.py``):
 
 * **Explicit time.** Every judgement takes ``at``, a timezone-aware moment
   supplied by the caller; nothing here reads a clock, so a verdict is
@@ -73,7 +73,7 @@ from refvault.errors import Expired, IntegrityError, InvalidArgument, InvalidId,
 from refvault.model import Descriptor, Scope, format_time, parse_time
 
 if TYPE_CHECKING:
-    from refvault.client import VaultLike
+    from refvault.contract import VaultContract
 
 __all__ = ["REASONS", "Reason", "Requirement", "Verdict", "check", "reread"]
 
@@ -189,7 +189,7 @@ def check(
 
 
 def reread(
-    vault: VaultLike,
+    vault: VaultContract,
     scope: Scope,
     artifact_id: str,
     requirement: Requirement,

@@ -1,6 +1,6 @@
 """Artifact ids and the names that scope them.
 
-Invariants (tested in ``tests/test_ids.py``):
+Invariants (tested in ``tests/security/test_fuzz.py`` and ``tests/security/test_isolation.py``):
 
 * An artifact id is ``art_`` plus 26 lowercase base32 characters encoding 128
   bits from :mod:`secrets`. It is minted by the server, never derived from the

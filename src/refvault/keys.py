@@ -4,7 +4,7 @@ A token is ``rvk_<key_id>_<secret>``: ``key_id`` is ``k_`` plus 16 lowercase
 base32 characters (public, names the key in listings and logs), ``secret`` is
 52 lowercase base32 characters (256 random bits).
 
-Invariants, each tested in ``tests/test_server_auth.py``:
+Invariants, each tested in ``tests/server/test_auth.py``:
 
 * **The token is shown once.** The catalog keeps only the SHA-256 of the whole
   token (tokens are 256-bit random, so a fast hash leaves nothing to
@@ -43,7 +43,7 @@ from refvault.catalog.base import ApiKey
 from refvault.errors import InvalidArgument
 from refvault.ids import check_name
 from refvault.model import Principal, checked_label
-from refvault.vault.vault import Vault
+from refvault.vault.core import Vault
 
 __all__ = [
     "DEFAULT_CACHE_SECONDS",

@@ -33,6 +33,7 @@ __all__ = [
     "canonical_media_type",
     "format_time",
     "parse_time",
+    "pick",
 ]
 
 Disclosure = Literal["model", "sealed"]
@@ -109,6 +110,11 @@ def _thaw(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_thaw(v) for v in value]
     return value
+
+
+def pick(obj: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """``{name: obj.name}`` for each of ``names``, in that order: the JSON projection of a value's plain fields."""
+    return {name: getattr(obj, name) for name in names}
 
 
 def format_time(moment: datetime) -> str:

@@ -167,7 +167,8 @@ def build_server(memo: Path | None = None) -> MCPServer:
 @contextmanager
 def serving(memo: Path | None = None) -> Iterator[str]:
     """This server in a subprocess, over streamable HTTP on a free loopback port; yields its URL."""
-    from tests.test_mcp_gateway import free_port, stop, wait_for_port
+    from tests.integrations.test_mcp_gateway import stop, wait_for_port
+    from tests.servers import free_port
 
     port = free_port()
     command = [sys.executable, __file__, "--http", str(port), *(["--memo", str(memo)] if memo is not None else [])]

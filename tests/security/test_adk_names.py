@@ -34,7 +34,7 @@ from refvault import Ref, Toolbox, Vault
 from refvault.errors import InvalidArgument
 from refvault.ids import check_name
 from refvault.integrations.adk import RESERVED_PREFIX, RefvaultArtifactService, scope_for, scope_name, tools
-from tests.test_int_adk import ID, ScriptedLlm, call, responses, say, user_text
+from tests.integrations.test_adk import ID, ScriptedLlm, call, responses, say, user_text
 
 AGENT_ENGINE = "projects/123/locations/us-central1/reasoningEngines/456"
 LOOK_ALIKE_USERS = [
@@ -349,7 +349,7 @@ def test_a_ref_tool_in_an_agent_engine_session_reads_that_sessions_artifacts_onl
                 info = await service.get_artifact_version(**at)
                 assert info is not None
                 artifact_id = info.canonical_uri.removeprefix("refvault://")
-            agent = LlmAgent(name="a", model=ScriptedLlm(script=script), tools=tools(box, ["count_words"]))
+            agent = LlmAgent(name="a", model=ScriptedLlm(script=script), tools=tools(box, names=["count_words"]))
             runner = Runner(agent=agent, app_name=AGENT_ENGINE, session_service=sessions, artifact_service=service)
             message = types.Content(role="user", parts=[types.Part(text=f"count {artifact_id}")])
             events = [e async for e in runner.run_async(user_id=user, session_id=session, new_message=message)]

@@ -22,7 +22,6 @@ import hashlib
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -47,9 +46,8 @@ BIG_PNG = shapes.big_png()
 
 
 @pytest.fixture
-def vault(tmp_path: Path) -> Iterator[Vault]:
-    with Vault.open(tmp_path / "store") as opened:
-        yield opened
+def vault(embedded_vault: Vault) -> Vault:
+    return embedded_vault
 
 
 @pytest.fixture(scope="module")

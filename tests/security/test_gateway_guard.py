@@ -27,8 +27,8 @@ from mcp.types import CallToolResult, ResourceLink, TextContent
 from refvault import Scope, Vault
 from refvault.guard import LeakGuard
 from refvault.integrations.mcp.gateway import Gateway, GatewayOptions, Upstream, open_gateway
+from tests.integrations.test_mcp_gateway import stdio_proxy
 from tests.security import base64_upstream as shapes
-from tests.test_mcp_gateway import stdio_proxy
 
 SCRIPT = Path(shapes.__file__)
 SCOPE = Scope("acme", "ana", "s1")
@@ -39,9 +39,8 @@ MEMO = "\n".join(
 
 
 @pytest.fixture
-def vault(tmp_path: Path) -> Iterator[Vault]:
-    with Vault.open(tmp_path / "store") as opened:
-        yield opened
+def vault(embedded_vault: Vault) -> Vault:
+    return embedded_vault
 
 
 @pytest.fixture(scope="module")

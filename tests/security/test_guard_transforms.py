@@ -6,7 +6,7 @@ in full-width letters, percent-encoded, ...), or returns it 20 bytes at a time, 
 request. Each got the text past ``guard.check``. Now both sides go through one normalisation (case
 and separator fold, NFKC, ignorable characters dropped), outgoing text is also decoded (percent, hex,
 base64, nested), and short pieces of one artifact add up over a run. Requests use the request
-builders of ``tests/test_guard.py`` (OpenAI chat and responses, Anthropic messages); errors and
+builders of ``tests/guard/test_guard.py`` (OpenAI chat and responses, Anthropic messages); errors and
 events never carry the protected text.
 """
 
@@ -29,7 +29,7 @@ from refvault.catalog.memory import MemoryCatalog
 from refvault.errors import ContextLeak, InvalidArgument
 from refvault.guard import LeakGuard, marker
 from refvault.guard.requests import normalize_text
-from tests.test_guard import TEXT_SITES, json_records, words
+from tests.guard.test_guard import TEXT_SITES, json_records, words
 
 ART = "art_runbook"
 SCOPE = Scope("acme", "ana", "s1")
@@ -345,8 +345,8 @@ def test_pieces_scattered_over_an_artifact_do_not_add_up() -> None:
 
 
 def test_the_clean_corpus_through_one_run_gives_no_finding() -> None:
-    """The clean corpus of ``tests/test_guard.py`` (prose and JSON records unrelated to the protected ones), sent as
-    one run of requests through ``check``: every view and the piece arm, no finding."""
+    """The clean corpus of ``tests/guard/test_guard.py`` (prose and JSON records unrelated to the protected ones),
+    sent as one run of requests through ``check``: every view and the piece arm, no finding."""
     g = LeakGuard(size_threshold=1 << 30)
     protected = [(f"art_{i}", words(1000 + i, 200_000, "abcdefghijklmnopqrstuvwxyz").encode()) for i in range(20)]
     protected += [

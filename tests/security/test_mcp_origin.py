@@ -23,7 +23,7 @@ from refvault import Vault
 from refvault.keys import create_key
 from refvault.server.app import ALLOWED_HOSTS_ENVVAR, ALLOWED_ORIGINS_ENVVAR, app_from_env, create_app
 from refvault.server.cli import serve as serve_command
-from tests.test_client import LiveServer, serve
+from tests.servers import LiveServer, serve
 
 ATTACKER = "rebind.attacker.test"
 LIST_TOOLS = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}

@@ -5,7 +5,7 @@
 * The OpenAPI schema states each limit the server enforces, from the same constants: for each, a value
   at the bound is valid by the schema and accepted, one past it is invalid by the schema and refused
   (before, valid-by-schema requests were refused: grep's pattern length, ``max_seconds``, a zero-length
-  ``bytes`` window, the JSON of ``Refvault-Metadata``...). ``tests/test_server_schema.py`` lets
+  ``bytes`` window, the JSON of ``Refvault-Metadata``...). ``tests/server/test_schema.py`` lets
   schemathesis look for the rest.
 * Content a browser would run (HTML, SVG, XML, JavaScript, and any type not known to be passive) is
   served as an attachment under a sandboxing Content-Security-Policy, with ``nosniff`` on everything,
@@ -34,8 +34,8 @@ from refvault.read.records import MAX_ORDER, MAX_QUERY_SECONDS
 from refvault.read.windows import MAX_CHARS, MAX_MATCHES, MAX_PATTERN, MAX_SECONDS
 from refvault.server import app as app_module
 from refvault.server.app import CONTENT_SECURITY_POLICY, create_app
-from tests.test_server import assert_problem
-from tests.test_server_fast import _answer
+from tests.server.test_app import assert_problem
+from tests.server.test_fast_paths import _answer
 
 SCOPE = Scope("acme", "ana", "s1")
 MISSING_ID = "art_" + "a" * 26

@@ -31,7 +31,7 @@ from mcp.types import TextContent
 
 from refvault import Vault
 from refvault.keys import create_key
-from tests.test_client import LiveServer, serve
+from tests.servers import LiveServer, serve
 
 HEADER_TIMEOUT = 4.0  # --header-timeout: short, so the test can wait for it
 BODY_TIMEOUT = 4.0  # --body-timeout

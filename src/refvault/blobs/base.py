@@ -1,6 +1,6 @@
 """The blob store protocol: a small surface every backend implements.
 
-Contract (checked for every backend by ``tests/test_conformance.py``):
+Contract (checked for every backend by ``tests/vault/test_conformance.py``):
 
 * ``writer()`` returns a private writer; nothing it writes is referenced until
   ``publish(key)``. ``seal(key)`` makes the bytes durable (``fsync``) and
@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from refvault.errors import InvalidArgument
+
 __all__ = ["BlobKey", "BlobReader", "BlobStore", "BlobWriter"]
 
 _HEX32 = re.compile(r"[0-9a-f]{32}")
@@ -40,7 +42,7 @@ class BlobKey:
 
     def __post_init__(self) -> None:
         if _HEX32.fullmatch(self.namespace) is None or _HEX64.fullmatch(self.digest) is None:
-            raise ValueError("a blob key is 32 + 64 lowercase hex characters")
+            raise InvalidArgument("a blob key is 32 + 64 lowercase hex characters")
 
 
 class BlobWriter(Protocol):

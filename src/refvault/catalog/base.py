@@ -1,6 +1,6 @@
 """The catalog protocol and the records it keeps.
 
-Contract (checked for every backend by ``tests/test_conformance.py``):
+Contract (checked for every backend by ``tests/vault/test_conformance.py``):
 
 * ``publish`` runs one write transaction for a batch. Inside it, holding the
   catalog's write lock, it first calls ``make_visible`` (the blob store's

@@ -21,7 +21,7 @@ lacks the key is caught, each row carries ``mac`` = ``v1:<key id>:<64 hex>``, th
   well-formed one), never content.
 * **The key lives outside the catalog.** An embedded store keeps its ring in
   ``manifest-keys.json`` beside the catalog (0600, never through a symbolic link, created and
-  replaced with the same code as the cursor keys: :class:`refvault.read.cursors.KeyRing`); a
+  replaced with the same code as the cursor keys: :class:`refvault.keyring.KeyRing`); a
   PostgreSQL store reads it from ``$REFVAULT_MANIFEST_KEY_FILE`` (a ring file in the same
   format) or ``$REFVAULT_MANIFEST_KEY`` (the ring's text), and is refused if neither is set; an
   in-memory store makes a ring per process. The catalog never holds a secret.
@@ -48,7 +48,7 @@ from refvault.catalog.base import Derivation, Manifest
 from refvault.errors import IntegrityError, InvalidArgument, StorageError, shown_id
 
 if TYPE_CHECKING:
-    from refvault.read.cursors import KeyRing
+    from refvault.keyring import KeyRing
 
 __all__ = [
     "ENV_KEY",
@@ -184,14 +184,14 @@ class ManifestKeys:
     @classmethod
     def ephemeral(cls) -> ManifestKeys:
         """A fresh ring held in this process only (for ``memory://`` stores and tests)."""
-        from refvault.read.cursors import KeyRing
+        from refvault.keyring import KeyRing
 
         return cls(KeyRing.generate(now=datetime.now(UTC), grace=timedelta(0)))
 
     @classmethod
     def for_store(cls, path: Path) -> ManifestKeys:
         """The ring in the file ``path`` of an embedded store, created there (0600) if there is none."""
-        from refvault.read.cursors import KeyRing
+        from refvault.keyring import KeyRing
 
         path = Path(path)
         seen = _version(path)
@@ -205,7 +205,7 @@ class ManifestKeys:
         :class:`StorageError` if anything (a file, a symbolic link) is already there: a key
         file is never overwritten, since rows MAC'd with it would fail from then on.
         """
-        from refvault.read.cursors import KeyRing
+        from refvault.keyring import KeyRing
 
         path = Path(path)
         if path.is_symlink() or path.exists():
@@ -217,7 +217,7 @@ class ManifestKeys:
     @classmethod
     def from_file(cls, path: Path, *, source: str | None = None) -> ManifestKeys:
         """The ring in an existing file (0600, not a symbolic link); :class:`StorageError` if there is none."""
-        from refvault.read.cursors import KeyRing
+        from refvault.keyring import KeyRing
 
         path = Path(path)
         seen = _version(path)
@@ -237,7 +237,7 @@ class ManifestKeys:
         A store whose processes share one catalog must share one ring: with neither
         variable set (or both), :class:`StorageError` says what to set.
         """
-        from refvault.read.cursors import KeyRing
+        from refvault.keyring import KeyRing
 
         env = os.environ if environ is None else environ
         file, text = env.get(ENV_KEY_FILE), env.get(ENV_KEY)
@@ -278,7 +278,7 @@ class ManifestKeys:
         """Re-read a file-backed ring if the file changed (another process rotated it)."""
         if self._path is None or _version(self._path) == self._seen:
             return
-        from refvault.read.cursors import KeyRing
+        from refvault.keyring import KeyRing
 
         with self._lock:
             seen = _version(self._path)  # taken before reading: a change after it is seen next time
@@ -298,7 +298,7 @@ class ManifestKeys:
         is refused (:class:`StorageError`). Callers hold the catalog's write lock (see
         :meth:`refvault.catalog.sql.SqlCatalog.rotate_manifest_key`).
         """
-        from refvault.read.cursors import CursorKey, KeyRing
+        from refvault.keyring import CursorKey, KeyRing
 
         with self._lock:
             self._writable()
@@ -316,7 +316,7 @@ class ManifestKeys:
 
     def drop_retired(self) -> list[str]:
         """Remove every retired key (rows MAC'd with one fail from then on); return their ids."""
-        from refvault.read.cursors import KeyRing
+        from refvault.keyring import KeyRing
 
         with self._lock:
             self._writable()

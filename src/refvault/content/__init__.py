@@ -37,8 +37,9 @@ bytes are one part. Tested in ``tests/security/test_gateway_base64.py``
 (``test_inline_parts_keep_the_materialisation_invariants``).
 
 Invariants, each stated once, with where it is enforced and tested
-(``tests/test_materialize.py`` runs on the memory and embedded backends;
-``tests/test_content_review.py`` holds the adversarial review's cases, ``f*``):
+(``tests/content/test_materialize.py`` runs on the memory and embedded backends;
+the adversarial cases are in ``tests/content/`` (``test_result_limits.py``, ``test_retries.py``,
+``test_scrubbing.py``, ``test_types_and_names.py``, ``test_round_trip.py``)):
 
 * **No bytes reach the model.** After projection no base64 of any stored part
   remains anywhere in the result: content blocks, text, ``structuredContent``,
@@ -115,7 +116,7 @@ Invariants, each stated once, with where it is enforced and tested
 * **Cancellation** is checked before each write and before projection; a write
   already in flight (in its thread) is waited for before the cancellation is
   re-raised, so nothing lands after ``CancelledError`` is seen. Tested by
-  ``test_cancellation_between_parts`` and ``test_f7_*``.
+  ``test_cancellation_between_parts`` and ``test_no_write_lands_after_materialize_reports_cancellation``.
 * **The event loop stays free.** Decoding, sniffing and the projection run in
   ``asyncio.to_thread``. Tested by ``test_materialisation_runs_off_the_event_loop``
   and ``test_f5a_*``.

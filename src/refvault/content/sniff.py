@@ -25,7 +25,7 @@ their first few bytes (a magic number). Neither is trusted blindly:
 
 Every case records ``declared_media_type``, ``detected_media_type`` and
 ``media_type_check`` so a reader can see which was trusted and why (tested in
-``tests/test_materialize.py`` and ``tests/test_content_review.py``).
+``tests/content/test_materialize.py`` and ``tests/content/test_types_and_names.py``).
 
 Sniffing only ever *confirms or refuses* a declaration; it never promotes
 opaque or undeclared bytes to an active type a client would render or run

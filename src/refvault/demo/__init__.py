@@ -9,10 +9,10 @@
 Six steps (:mod:`refvault.demo.scenario`): capture an incident snapshot, conclude a bounded absence, keep a
 pinned read apart from a re-capture under the same filename, take an MCP screenshot through the gateway,
 summarise a sealed runbook by reference while the guard stops a leak, and defer a restart the evidence gate
-refuses. The model's decisions are scripted (:mod:`refvault.demo.agent`, reused by ``refvault eval``);
+refuses. The model's decisions are scripted (:mod:`refvault.scripted`, also run by ``refvault eval``);
 everything else is the real Toolbox, vault, reads, materialiser, MCP gateway, guard and evidence gate.
 
-Invariants (tested in ``tests/test_demo.py``):
+Invariants (tested in ``tests/demo/test_demo.py``):
 
 * every step ends with an explicit check; :func:`run_demo` returns 0 only if all six hold, else 1;
 * a check that should fail does: with the guard's check disabled, step 5 fails and the run exits 1;
@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from refvault.demo.agent import (
+from refvault.scripted import (
     Attached,
     CallRecord,
     Decision,
@@ -51,7 +51,7 @@ from refvault.demo.agent import (
 )
 
 if TYPE_CHECKING:
-    from refvault.vault.vault import Vault
+    from refvault.vault import Vault
 
 __all__ = [
     "Attached",
@@ -89,7 +89,7 @@ def run_demo(store: str | None, as_json: bool, *, open_vault: Callable[[Path], V
     """
     from refvault.demo.report import demo_json, print_report
     from refvault.demo.scenario import investigate
-    from refvault.vault.vault import Vault
+    from refvault.vault import Vault
 
     opener = open_vault or Vault.open
     with _store(store) as (location, kept), opener(location) as vault:

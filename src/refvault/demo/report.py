@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from refvault.cli import descriptor_json, make_console, plural
+from refvault.cli.console import descriptor_json, make_console, plural
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from refvault.demo.agent import CallRecord, Turn
-    from refvault.demo.scenario import Investigation, Step
+    from refvault.demo.transcript import Investigation, Step
     from refvault.model import Descriptor
+    from refvault.scripted import CallRecord, Turn
 
 __all__ = ["demo_json", "print_report"]
 

@@ -38,7 +38,7 @@ decisions are scripted. The battery, per trial:
   committed on evidence built to be unfit. Controls check that fit evidence
   (and evidence re-acquired after a refusal) still commits.
 
-Invariants (tested in ``tests/test_eval.py``):
+Invariants (tested in ``tests/evaluation/test_eval.py``):
 
 * **Deterministic counts.** Data and attempts derive from ``seed`` and the
   trial number; the vault's clock is injected and only moved on purpose, so
@@ -59,10 +59,10 @@ Invariants (tested in ``tests/test_eval.py``):
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from refvault.evaluation.command import eval_command
+from refvault.lazy import lazy_exports
 
 __all__ = ["Attempt", "EvalReport", "eval_command", "run_eval"]
 
@@ -77,11 +77,4 @@ if TYPE_CHECKING:
     from refvault.evaluation.run import run_eval
     from refvault.evaluation.world import Attempt
 
-
-def __getattr__(name: str) -> Any:
-    module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'refvault.evaluation' has no attribute {name!r}")
-    value = getattr(import_module(module_name), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())

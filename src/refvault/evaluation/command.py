@@ -6,7 +6,7 @@ import json
 
 import click
 
-from refvault._store_option import STORE_KEY, store_option
+from refvault.cli.options import STORE_KEY, store_option
 
 __all__ = ["eval_command"]
 
@@ -45,7 +45,7 @@ def eval_command(ctx: click.Context, seed: int | None, trials: int | None, as_js
     blobs, then restores them). Exits 1 on any disclosure, unsupported
     required-evidence commit or false absence conclusion; else 0.
     """
-    from refvault.cli import _cli_error, make_console
+    from refvault.cli.console import cli_error, make_console
     from refvault.errors import RefvaultError
     from refvault.evaluation.run import DEFAULT_SEED, DEFAULT_TRIALS, run_eval
 
@@ -57,7 +57,7 @@ def eval_command(ctx: click.Context, seed: int | None, trials: int | None, as_js
             trials=DEFAULT_TRIALS if trials is None else trials,
         )
     except RefvaultError as exc:  # bad input exits 2, anything else 1; the store is named, errno noise dropped
-        raise _cli_error(exc, f"cannot run the eval on store {store}: " if store else "") from None
+        raise cli_error(exc, f"cannot run the eval on store {store}: " if store else "") from None
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:

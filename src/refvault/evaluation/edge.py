@@ -1,6 +1,6 @@
 """Leaks at the LLM edge: a scripted model drives real tool calls; every model turn passes the leak guard first.
 
-The run is :class:`refvault.demo.agent.ScriptedRun` (the demo's scripted agent loop): OpenAI chat-completions
+The run is :class:`refvault.scripted.ScriptedRun` (the scripted agent loop the demo also runs): OpenAI chat-completions
 messages, each request (messages and ``box.schemas("openai")``) checked by ``box.guard.check`` before the
 scripted model sees it, tool calls dispatched with ``await box.call(...)``. Every request that passed is what
 the model saw, and goes to the ``model_request`` sink. The scripted model takes artifact ids from what it saw
@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from refvault.demo.agent import Decision, Reply, ScriptedRun, Seen, answer, call, calls
 from refvault.evaluation.tools import make_toolbox
 from refvault.evaluation.world import Attempt, World
 from refvault.guard import LogRedactor
+from refvault.scripted import Decision, Reply, ScriptedRun, Seen, answer, call, calls
 from refvault.toolbox.toolbox import Toolbox
+
+if TYPE_CHECKING:
+    from refvault.guard import Guard
 
 __all__ = ["LEAKS", "run"]
 
@@ -74,11 +77,19 @@ LEAKS = (
 )
 
 
+def _guard_of(box: Toolbox) -> Guard:
+    """The session's leak guard (every Toolbox :func:`make_toolbox` builds has one)."""
+    guard = box.guard
+    if guard is None:
+        raise AssertionError("the eval's toolboxes have a leak guard")
+    return guard
+
+
 async def run(world: World) -> None:
     """The attempts, on the secrets :func:`refvault.evaluation.disclosure.plant` captured (found by filename)."""
     for number, leak in enumerate(LEAKS):
         box = make_toolbox(world, *{name for name, _ in leak.calls("")})
-        redactor = LogRedactor(box.guard)
+        redactor = LogRedactor(_guard_of(box))
         world.log.addFilter(redactor)
         try:
             with world.attempt(PROP, KIND, leak.name) as attempt:
@@ -89,7 +100,7 @@ async def run(world: World) -> None:
 
 async def _session(world: World, box: Toolbox, leak: _Leak, attempt: Attempt, run_id: str) -> None:
     if leak.protect_scope:
-        box.guard.protect_scope(world.vault, world.owner)
+        _guard_of(box).protect_scope(world.vault, world.owner)
     run = ScriptedRun(box, world.owner, run_id=run_id, system=SYSTEM + "\n" + box.instructions(world.owner))
     captured: list[str] = []
 

@@ -20,7 +20,7 @@ from refvault.evaluation import absence, disclosure, edge, gate, identity
 from refvault.evaluation.report import EvalReport
 from refvault.evaluation.world import EvalClock, World
 from refvault.ids import namespace_of
-from refvault.vault.vault import Vault
+from refvault.vault import Vault
 
 __all__ = ["DEFAULT_SEED", "DEFAULT_TRIALS", "MAX_TRIALS", "run_eval"]
 

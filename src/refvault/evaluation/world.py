@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 from refvault.blobs.base import BlobKey
 from refvault.evidence import Requirement
 from refvault.model import Descriptor, Disclosure, Scope
-from refvault.vault.vault import Vault
+from refvault.vault import Vault
 
 __all__ = ["Attempt", "Canaries", "EvalClock", "Meters", "Sinks", "World"]
 

@@ -8,7 +8,7 @@
     findings = guard.scan(request)          # OpenAI chat / responses, Anthropic messages, Gemini contents, dict, str
     guard.check(request)                    # raises ContextLeak(findings) if any (policy "redact": a redacted copy)
 
-Invariants, how each is enforced, and where it is tested (``tests/test_guard.py``):
+Invariants, how each is enforced, and where it is tested (``tests/guard/test_guard.py``):
 
 Content arm: every verbatim span of at least ``min_match`` protected bytes is found.
     Winnowed k-gram fingerprints with ``w = min_match // 2`` and ``k = min_match - w + 1``,
@@ -52,25 +52,30 @@ Size arm (the peer's check, kept): tool output, tool-call arguments and data pay
     ``size_threshold`` bytes or more are flagged; conversation text is exempt. Tested at the
     threshold and one byte under. ``exempt_payload(payload)`` lets one exact base64 payload past this arm
     (never past the content arm): the Toolbox admits each image ``load_artifacts`` loads, which the
-    model asked for (``tests/test_toolbox_guard.py::test_images_load_artifacts_loads_*``).
+    model asked for (``tests/toolbox/test_guard_protection.py::test_images_load_artifacts_loads_*``).
 Policies: ``raise`` (default) raises ``ContextLeak``; ``redact`` returns a deep copy with each
     protected span replaced by ``[refvault:<artifact_id>]`` (a binary payload as a whole; an
     oversized payload by ``[refvault:omitted N bytes]``), re-scanned before it is returned. Both
     log ``llm.context_leak`` on the ``refvault.guard`` logger.
 Thread-safe: ``protect`` may run while other threads scan; a scan sees a consistent snapshot.
 
-The hooks (:class:`GuardedTransport`, :class:`LogRedactor`, :class:`GuardSpanProcessor`) live in
-:mod:`refvault.guard.hooks` and are imported on first use.
+The hooks (:class:`GuardedTransport`, :class:`LogRedactor`, :class:`GuardSpanProcessor`,
+:class:`GuardedSpanExporter`) live in :mod:`refvault.guard.hooks`; what the Toolbox and the hooks need of
+a guard (:class:`~refvault.guard.contract.Guard`) and how a hook finds its guard
+(:func:`~refvault.guard.contract.resolve_guard`) in :mod:`refvault.guard.contract`. Every name here is
+imported on first use, so importing the contract does not compile the guard's kernels.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from refvault.errors import ContextLeak
-from refvault.guard.guard import EVENT, Finding, LeakGuard, Policy, marker
+from refvault.lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from refvault.guard.contract import Guard, GuardHolder, RequestChecker, resolve_guard
+    from refvault.guard.guard import EVENT, Finding, LeakGuard, Policy, marker
     from refvault.guard.hooks import (
         AsyncGuardedTransport,
         GuardedSpanExporter,
@@ -84,23 +89,34 @@ __all__ = [
     "AsyncGuardedTransport",
     "ContextLeak",
     "Finding",
+    "Guard",
+    "GuardHolder",
     "GuardSpanProcessor",
     "GuardedSpanExporter",
     "GuardedTransport",
     "LeakGuard",
     "LogRedactor",
     "Policy",
+    "RequestChecker",
     "marker",
+    "resolve_guard",
 ]
 
-_HOOKS = frozenset(
-    {"GuardedTransport", "AsyncGuardedTransport", "LogRedactor", "GuardSpanProcessor", "GuardedSpanExporter"}
-)
+_EXPORTS = {
+    "EVENT": "refvault.guard.guard",
+    "Finding": "refvault.guard.guard",
+    "LeakGuard": "refvault.guard.guard",
+    "Policy": "refvault.guard.guard",
+    "marker": "refvault.guard.guard",
+    "Guard": "refvault.guard.contract",
+    "GuardHolder": "refvault.guard.contract",
+    "RequestChecker": "refvault.guard.contract",
+    "resolve_guard": "refvault.guard.contract",
+    "GuardedTransport": "refvault.guard.hooks",
+    "AsyncGuardedTransport": "refvault.guard.hooks",
+    "LogRedactor": "refvault.guard.hooks",
+    "GuardSpanProcessor": "refvault.guard.hooks",
+    "GuardedSpanExporter": "refvault.guard.hooks",
+}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _HOOKS:
-        from refvault.guard import hooks
-
-        return getattr(hooks, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

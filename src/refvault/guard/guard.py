@@ -6,34 +6,34 @@ for the matching guarantee.
 
 from __future__ import annotations
 
-import bisect
-import dataclasses
 import hashlib
 import logging
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 
-from refvault.errors import ContextLeak, InvalidArgument
-from refvault.guard.fingerprints import MIN_MATCH_RANGE, FingerprintIndex, Match, Params, base64_runs, fold
-from refvault.guard.requests import Leaf, View, decode_base64, normalized_form, payload_views, views, walk
+from refvault.errors import ContextLeak, InvalidArgument, InvalidType
+from refvault.guard.base64_scan import base64_runs
+from refvault.guard.findings import EVENT, Finding, Policy, marker
+from refvault.guard.fingerprints import MIN_MATCH_RANGE, FingerprintIndex, Match, Params
+from refvault.guard.folding import fold
+from refvault.guard.payloads import base64_payloads, hex_payloads, payload_digest
+from refvault.guard.pieces import Coverage, Piece, Short, locate, pieces_of
+from refvault.guard.redaction import LeafHits, redact_leaf, whole_marker
+from refvault.guard.requests import Leaf, normalized_form, payload_views, views, walk
 
 if TYPE_CHECKING:
+    from refvault.contract import VaultContract
     from refvault.model import Scope
 
 __all__ = ["EVENT", "Finding", "LeakGuard", "Policy", "marker"]
 
-Policy = Literal["raise", "redact"]
-EVENT: Final = "llm.context_leak"
 _LOGGER: Final = logging.getLogger("refvault.guard")
 _BATCH_BYTES: Final = 16 << 20  # protect_many hashes up to this much per kernel call
 _MAX_ADMITTED: Final = 10_000  # payloads admitted past the size arm, most recent kept
-_DATA_URL_HEAD: Final = re.compile(r"data:[^,;]*(?:;[^,;]*)*;base64,", re.IGNORECASE)
 PIECE_K: Final = 16
 """The k-gram length of the piece arm: pieces of fewer bytes are never counted."""
 _DECODE_DEPTH: Final = 3  # encodings decoded inside one another (base64 of base64 of hex, ...)
@@ -41,97 +41,10 @@ _DECODE_BUDGET: Final = 4  # decoded bytes per scan: at most this many times the
 _PIECE_CACHE: Final = 4096  # leaves whose piece-arm chains are remembered (most recent)
 
 
-def marker(artifact_id: str) -> str:
-    """What a redacted span becomes."""
-    return f"[refvault:{artifact_id}]"
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """Protected content (or an oversized payload) at one site of a request. Never holds the content.
-
-    ``artifact_id`` is None for the size arm; ``matched`` is the bytes matched (content arm: an upper
-    bound of the verbatim span, at least ``min_match``), the bytes of the artifact its pieces sent
-    in this run would add up to (piece arm: at least ``piece_limit``) or the payload's size (size arm).
-    """
-
-    site: str
-    artifact_id: str | None
-    matched: int
-    arm: Literal["content", "pieces", "size"]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"site": self.site, "artifact_id": self.artifact_id, "matched": self.matched, "arm": self.arm}
-
-
-class _Sealed(Protocol):
-    @property
-    def artifact_id(self) -> str: ...
-
-    @property
-    def disclosure(self) -> str: ...
-
-
-class _VaultLike(Protocol):
-    def list(self, scope: Scope) -> Sequence[_Sealed]: ...
-
-    def read_bytes(self, scope: Scope, artifact_id: str) -> bytes: ...
-
-
-@dataclass(slots=True)
-class _LeafHits:
-    """Content hits of one leaf: spans of its raw bytes to redact, and matched bytes per artifact."""
-
-    leaf: Leaf
-    raw: bytes
-    spans: list[tuple[int, int, str]]
-    whole: set[str]
-    cover: dict[tuple[str, int], list[tuple[int, int]]]  # (artifact, piece) -> matched extents in that piece
-    pieces: dict[str, int] = dataclasses.field(default_factory=dict)  # artifact -> its run total (piece arm)
-
-    @property
-    def matched(self) -> dict[str, int]:
-        """Bytes matched per artifact: the most any one view of the leaf has (the union of its extents)."""
-        best: dict[str, int] = {}
-        for (owner, _), extents in self.cover.items():
-            total, reach = 0, -1
-            for start, end in sorted(extents):
-                if end > reach:
-                    total += end - max(start, reach)
-                    reach = end
-            best[owner] = max(best.get(owner, 0), total)
-        return best
-
-
-class _Piece:
-    """What one stretch of the scanned buffer is: (part of) a view of a leaf."""
-
-    __slots__ = ("data", "leaf", "offset", "origin", "view")
-
-    def __init__(
-        self, leaf: int, view: View, data: bytes, offset: int = 0, origin: tuple[int, int] | None = None
-    ) -> None:
-        self.leaf = leaf
-        self.view = view
-        self.data = data
-        self.offset = offset  # where ``data`` starts in the view
-        self.origin = origin  # a decoded run: the raw span of the leaf a hit redacts
-
-
-class _Short(NamedTuple):
-    """A piece-arm chain: a short piece of one artifact at a leaf, as protected coordinates and a redaction."""
-
-    leaf: int
-    owner: str
-    lo: int  # the verified bytes' protected coordinates [lo, hi)
-    hi: int
-    span: tuple[int, int] | None  # raw bytes of the leaf to redact; None: the whole leaf
-
-
 class _Scanned(NamedTuple):
     leaves: list[Leaf]
-    hits: dict[int, _LeafHits]
-    shorts: list[_Short]
+    hits: dict[int, LeafHits]
+    shorts: list[Short]
 
 
 class LeakGuard:
@@ -196,8 +109,8 @@ class LeakGuard:
         )
         self._lock = threading.Lock()
         self._run_lock = threading.Lock()  # the pieces sent in this run
-        self._sent: dict[str, _Coverage] = {}  # artifact -> the protected coordinates its pieces sent cover
-        self._piece_cache: OrderedDict[tuple[str, int, int], tuple[int, list[_Short]]] = OrderedDict()  # leaf -> chains
+        self._sent: dict[str, Coverage] = {}  # artifact -> the protected coordinates its pieces sent cover
+        self._piece_cache: OrderedDict[tuple[str, int, int], tuple[int, list[Short]]] = OrderedDict()  # leaf -> chains
         self._seen: set[tuple[str, bytes]] = set()  # in the index
         self._admitted: dict[bytes, None] = {}  # digests of payloads admitted past the size arm (insertion order)
         self._pending: dict[tuple[str, bytes], threading.Event] = {}  # being added by some thread
@@ -286,7 +199,7 @@ class LeakGuard:
                     if event is not None:
                         event.set()
 
-    def protect_scope(self, vault: _VaultLike, scope: Scope) -> int:
+    def protect_scope(self, vault: VaultContract, scope: Scope) -> int:
         """Protect every sealed artifact of ``scope`` (``vault.list`` / ``vault.read_bytes``); return their number."""
         sealed = [d.artifact_id for d in vault.list(scope) if d.disclosure == "sealed"]
         self.protect_many((artifact_id, vault.read_bytes(scope, artifact_id)) for artifact_id in sealed)
@@ -301,7 +214,7 @@ class LeakGuard:
         size. Matching ignores the base64 alphabet (standard or URL-safe) and
         padding; the most recent 10,000 payloads are remembered.
         """
-        digest = _payload_digest(payload)
+        digest = payload_digest(payload)
         with self._lock:
             self._admitted.pop(digest, None)
             self._admitted[digest] = None
@@ -368,13 +281,13 @@ class LeakGuard:
         if not hits:
             return text, []
         findings = self._findings(_Scanned(leaves, hits, []), {})
-        redacted = _redact_leaf(hits[0], None)
+        redacted = redact_leaf(hits[0], None)
         for _ in range(2):
             again, _ = self._content([Leaf("text", "text", redacted, None)], pieces=False)
             if not again:
                 return redacted, findings
-            redacted = _redact_leaf(again[0], None)
-        return _whole_marker(hits[0]), findings
+            redacted = redact_leaf(again[0], None)
+        return whole_marker(hits[0]), findings
 
     # -- the arms --------------------------------------------------------------------------------------------------
 
@@ -387,7 +300,7 @@ class LeakGuard:
         found = {(i, owner) for i, entry in hits.items() for owner, _ in entry.cover}
         return _Scanned(leaves, hits, [s for s in shorts if (s.leaf, s.owner) not in found])
 
-    def _content(self, leaves: Sequence[Leaf], *, pieces: bool = True) -> tuple[dict[int, _LeafHits], list[_Short]]:
+    def _content(self, leaves: Sequence[Leaf], *, pieces: bool = True) -> tuple[dict[int, LeafHits], list[Short]]:
         """Content-arm hits per leaf and (with ``pieces``) piece-arm chains, over every view and decoded run.
 
         Decoded runs (base64, hex) are scanned like text: their own views, and the runs inside them, to
@@ -400,8 +313,8 @@ class LeakGuard:
         index = self._pieces if pieces else None
         floor = t if index is None else self._floor
         raws: dict[int, bytes] = {}
-        scanned: list[_Piece] = []
-        shorts: list[_Short] = []
+        scanned: list[Piece] = []
+        shorts: list[Short] = []
         fresh: dict[int, tuple[str, int, int]] = {}  # leaves the piece arm scans: their cache keys
         generation = index.generation if index is not None else 0
         for i, leaf in enumerate(leaves):
@@ -423,9 +336,9 @@ class LeakGuard:
                 else:
                     fresh[i] = key
             for view in views(leaf, raw, t):
-                scanned.extend(_pieces_of(i, view, floor, None))
-        hits: dict[int, _LeafHits] = {}
-        found: list[_Short] = []
+                scanned.extend(pieces_of(i, view, floor, None))
+        hits: dict[int, LeafHits] = {}
+        found: list[Short] = []
         budget = max(1 << 20, _DECODE_BUDGET * sum(len(p.data) for p in scanned))
         for depth in range(_DECODE_DEPTH + 1):
             if not scanned:
@@ -433,7 +346,7 @@ class LeakGuard:
             arm = (index if fresh else None, fresh, found, floor)
             scanned, budget = self._scan_pieces(scanned, leaves, raws, hits, arm, depth < _DECODE_DEPTH, budget)
         if index is not None and fresh:
-            by_leaf: dict[int, list[_Short]] = {i: [] for i in fresh}
+            by_leaf: dict[int, list[Short]] = {i: [] for i in fresh}
             for short in found:
                 by_leaf[short.leaf].append(short)
             with self._lock:
@@ -445,14 +358,14 @@ class LeakGuard:
 
     def _scan_pieces(
         self,
-        pieces: list[_Piece],
+        pieces: list[Piece],
         leaves: Sequence[Leaf],
         raws: dict[int, bytes],
-        hits: dict[int, _LeafHits],
-        arm: tuple[FingerprintIndex | None, dict[int, tuple[str, int, int]], list[_Short], int],
+        hits: dict[int, LeafHits],
+        arm: tuple[FingerprintIndex | None, dict[int, tuple[str, int, int]], list[Short], int],
         decode: bool,
         budget: int,
-    ) -> tuple[list[_Piece], int]:
+    ) -> tuple[list[Piece], int]:
         """Match ``pieces``; record hits (and, if ``arm`` has an index, the piece-arm chains of the leaves it
         names, in its list); return the pieces of the runs decoded in their text (to scan next) and the
         budget left."""
@@ -473,13 +386,13 @@ class LeakGuard:
                 np.cumsum([len(pieces[j].data) for j in chosen], out=sub_starts[1:])
             for m in index.match(sub, sub_starts, folded=True):
                 piece = pieces[chosen[m.piece]]
-                span = _locate(m.start, m.end, piece, int(sub_starts[m.piece]), leaves[piece.leaf])
-                shorts.append(_Short(piece.leaf, m.owner, m.coord, m.coord + m.verified, span))
+                span = locate(m.start, m.end, piece, int(sub_starts[m.piece]), leaves[piece.leaf])
+                shorts.append(Short(piece.leaf, m.owner, m.coord, m.coord + m.verified, span))
         if not decode:
             return [], budget
         t = self.params.threshold
         runs = base64_runs(buf, starts, -(-4 * t // 3))
-        decoded: list[_Piece] = []
+        decoded: list[Piece] = []
         for j in range(0, runs.size, 2):
             start, end = int(runs[j]), int(runs[j + 1])
             at = int(np.searchsorted(starts, start, side="right")) - 1
@@ -493,24 +406,24 @@ class LeakGuard:
                 mapping = piece.view.mapping
                 origin = (mapping.start(lo), mapping.end(hi)) if mapping else (lo, hi)
             run = buf_bytes[start:end]
-            for payload in [*_base64_payloads(run, t), *_hex_payloads(run, t)]:
+            for payload in [*base64_payloads(run, t), *hex_payloads(run, t)]:
                 budget -= len(payload)
                 if budget < 0:  # deliberately deep or wide encodings: out of reach (documented)
                     return decoded, 0
                 for view in payload_views(payload, t):
-                    decoded.extend(_pieces_of(piece.leaf, view, floor, origin))
+                    decoded.extend(pieces_of(piece.leaf, view, floor, origin))
         return decoded, budget
 
     @staticmethod
     def _record(
-        m: Match, piece: _Piece, offset: int, leaves: Sequence[Leaf], raws: dict[int, bytes], hits: dict[int, _LeafHits]
+        m: Match, piece: Piece, offset: int, leaves: Sequence[Leaf], raws: dict[int, bytes], hits: dict[int, LeafHits]
     ) -> None:
         leaf = leaves[piece.leaf]
         entry = hits.get(piece.leaf)
         if entry is None:
-            entry = hits[piece.leaf] = _LeafHits(leaf, raws[piece.leaf], [], set(), {})
+            entry = hits[piece.leaf] = LeafHits(leaf, raws[piece.leaf], [], set(), {})
         entry.cover.setdefault((m.owner, id(piece)), []).append((m.start, m.end))
-        span = _locate(m.start, m.end, piece, offset, leaf)
+        span = locate(m.start, m.end, piece, offset, leaf)
         if span is None:
             entry.whole.add(m.owner)
         else:
@@ -518,19 +431,19 @@ class LeakGuard:
 
     # -- the piece arm ---------------------------------------------------------------------------------------------
 
-    def _totals(self, shorts: Sequence[_Short]) -> dict[str, int]:
+    def _totals(self, shorts: Sequence[Short]) -> dict[str, int]:
         """Per artifact with pieces here: the most bytes of any ``piece_window`` stretch of it that this run's
         pieces with these would cover (lock held)."""
         spans: dict[str, list[tuple[int, int]]] = {}
         for short in shorts:
             spans.setdefault(short.owner, []).append((short.lo, short.hi))
-        empty = _Coverage()
+        empty = Coverage()
         return {owner: self._sent.get(owner, empty).densest(new, self.piece_window) for owner, new in spans.items()}
 
-    def _remember(self, shorts: Sequence[_Short]) -> None:
+    def _remember(self, shorts: Sequence[Short]) -> None:
         """Record the pieces of a request that is sent (lock held)."""
         for short in shorts:
-            self._sent.setdefault(short.owner, _Coverage()).add(short.lo, short.hi)
+            self._sent.setdefault(short.owner, Coverage()).add(short.lo, short.hi)
 
     # -- findings --------------------------------------------------------------------------------------------------
 
@@ -561,7 +474,7 @@ class LeakGuard:
     def _is_admitted(self, leaf: Leaf) -> bool:
         if leaf.kind != "data" or not isinstance(leaf.value, str) or not self._admitted:
             return False
-        digest = _payload_digest(leaf.value)
+        digest = payload_digest(leaf.value)
         with self._lock:
             return digest in self._admitted
 
@@ -569,7 +482,7 @@ class LeakGuard:
 
     def _redact(
         self, request: object, scanned: _Scanned, totals: dict[str, int], findings: list[Finding]
-    ) -> tuple[object, list[_Short]]:
+    ) -> tuple[object, list[Short]]:
         """The redacted copy, and the pieces it still sends (of artifacts under ``piece_limit``)."""
         leaves, hits = scanned.leaves, scanned.hits
         for short in scanned.shorts:  # pieces of an artifact over the limit go like content hits
@@ -579,7 +492,7 @@ class LeakGuard:
             if entry is None:
                 value = leaves[short.leaf].value
                 raw = value if isinstance(value, bytes) else (value or "").encode("utf-8", "surrogatepass")
-                entry = hits[short.leaf] = _LeafHits(leaves[short.leaf], raw, [], set(), {})
+                entry = hits[short.leaf] = LeafHits(leaves[short.leaf], raw, [], set(), {})
             entry.pieces[short.owner] = totals[short.owner]
             if short.span is None:
                 entry.whole.add(short.owner)
@@ -597,7 +510,7 @@ class LeakGuard:
             entry = by_site.get(leaf.site)
             if entry is None:
                 return None
-            return _redact_leaf(entry, leaf.value)
+            return redact_leaf(entry, leaf.value)
 
         redacted = walk(request, replace, rewrite=True, min_chars=self._min_chars, min_bytes=self._min_bytes)
         again = self._scan(redacted)
@@ -640,82 +553,7 @@ class LeakGuard:
         )
 
     def __reduce__(self) -> Any:
-        raise TypeError("a LeakGuard cannot be pickled")
-
-
-def _pieces_of(leaf: int, view: View, floor: int, origin: tuple[int, int] | None) -> list[_Piece]:
-    """The pieces to scan of one view: all of it, or its windows of at least ``floor`` bytes."""
-    if view.windows is None:
-        return [_Piece(leaf, view, view.data, 0, origin)]
-    return [_Piece(leaf, view, view.data[a:b], a, origin) for a, b in view.windows if b - a >= floor]
-
-
-def _locate(start: int, end: int, piece: _Piece, offset: int, leaf: Leaf) -> tuple[int, int] | None:
-    """The raw span of the leaf that a match at ``[start, end)`` of the scanned buffer redacts (None: all of it)."""
-    if leaf.kind == "data" or (piece.view.whole and piece.origin is None):
-        return None
-    if piece.origin is not None:
-        return piece.origin
-    lo, hi = start - offset + piece.offset, end - offset + piece.offset
-    mapping = piece.view.mapping
-    if mapping is not None:
-        lo, hi = mapping.start(lo), mapping.end(hi)
-    return lo, hi
-
-
-def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Disjoint sorted spans covering what ``spans`` cover."""
-    out: list[tuple[int, int]] = []
-    for lo, hi in sorted(spans):
-        if out and lo <= out[-1][1]:
-            if hi > out[-1][1]:
-                out[-1] = (out[-1][0], hi)
-        else:
-            out.append((lo, hi))
-    return out
-
-
-class _Coverage:
-    """Disjoint sorted spans of protected coordinates (the bytes of one artifact a run's pieces covered)."""
-
-    __slots__ = ("ends", "starts")
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    def add(self, lo: int, hi: int) -> None:
-        i = bisect.bisect_left(self.ends, lo)  # the first span that may touch [lo, hi)
-        j = bisect.bisect_right(self.starts, hi)  # past the last one
-        if i < j:
-            lo, hi = min(lo, self.starts[i]), max(hi, self.ends[j - 1])
-        self.starts[i:j] = [lo]
-        self.ends[i:j] = [hi]
-
-    def densest(self, new: list[tuple[int, int]], window: int) -> int:
-        """The most bytes these spans and ``new`` cover in any ``window`` consecutive coordinates."""
-        lo = min(a for a, _ in new) - window
-        hi = max(b for _, b in new) + window
-        i, j = bisect.bisect_left(self.ends, lo), bisect.bisect_right(self.starts, hi)
-        spans = _union([*zip(self.starts[i:j], self.ends[i:j], strict=True), *new])
-        starts = [a for a, _ in spans]
-        before = [0]
-        for a, b in spans:
-            before.append(before[-1] + b - a)
-        best = 0
-        for t, (a, _) in enumerate(spans):  # a densest window starts where a span starts
-            end = a + window
-            u = bisect.bisect_left(starts, end)  # spans [t, u) start inside the window
-            best = max(best, before[u] - before[t] - max(0, spans[u - 1][1] - end))
-        return best
-
-
-def _payload_digest(payload: str) -> bytes:
-    """A digest of a base64 payload that ignores a data URL's head, the alphabet (URL-safe or not) and padding."""
-    head = _DATA_URL_HEAD.match(payload)
-    body = payload[head.end() :] if head else payload
-    normal = body.rstrip("=").replace("-", "+").replace("_", "/")
-    return hashlib.blake2b(normal.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        raise InvalidType("a LeakGuard cannot be pickled")
 
 
 def _checked(artifact_id: str, data: bytes | str) -> bytes:
@@ -726,95 +564,3 @@ def _checked(artifact_id: str, data: bytes | str) -> bytes:
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
     raise InvalidArgument("protected data must be bytes or str")
-
-
-_INNER_PADDING: Final = re.compile(rb"=+(?=\s*[^=\s])")
-_NOT_ALPHABET: Final = b"\r\n \t="
-
-
-def _base64_payloads(run: bytes, threshold: int) -> list[bytes]:
-    """Decodings of a base64-looking run that may hold a payload of ``threshold`` bytes or more.
-
-    The run is split after inner padding (concatenated padded chunks; ``key=`` glued before the
-    payload), and each part is decoded from each of its first four characters: a prefix glued to the
-    payload (``blob/``, ``token-``) shifts its alignment by any amount.
-    """
-    out: list[bytes] = []
-    pos = 0
-    parts: list[bytes] = []
-    for m in _INNER_PADDING.finditer(run):
-        parts.append(run[pos : m.end()])
-        pos = m.end()
-    parts.append(run[pos:])
-    min_chars = -(-4 * threshold // 3)
-    for part in parts:
-        chars = part.translate(None, _NOT_ALPHABET)
-        if len(chars) < min_chars:
-            continue
-        for shift in range(4):
-            if len(chars) - shift < min_chars:
-                break
-            payload = decode_base64(chars[shift:])
-            if payload is not None and len(payload) >= threshold:
-                out.append(payload)
-    return out
-
-
-_HEX_RUN: Final = re.compile(rb"[0-9A-Fa-f](?:[0-9A-Fa-f\r\n\t ]*[0-9A-Fa-f])?")
-
-
-def _hex_payloads(run: bytes, threshold: int) -> list[bytes]:
-    """Decodings of the hex runs (upper or lower case, line breaks allowed) of ``threshold`` bytes or more in a
-    base64-looking run: from its first and from its second digit (a glued prefix may misalign it)."""
-    out: list[bytes] = []
-    need = 2 * threshold
-    for m in _HEX_RUN.finditer(run):
-        if m.end() - m.start() < need:
-            continue
-        digits = m.group().translate(None, b"\r\n\t ")
-        for shift in (0, 1):
-            body = digits[shift : len(digits) - (len(digits) - shift) % 2]
-            if len(body) >= need:
-                out.append(bytes.fromhex(body.decode()))
-    return out
-
-
-def _whole_marker(entry: _LeafHits) -> str:
-    matched = {**entry.pieces, **entry.matched}
-    owners = sorted(matched, key=lambda o: -matched[o])
-    return "".join(marker(o) for o in owners)
-
-
-def _redact_leaf(entry: _LeafHits, original: str | bytes | None) -> Any:
-    """The leaf with its protected spans replaced (the whole leaf for binary payloads)."""
-    as_bytes = isinstance(original, bytes)
-    if entry.whole or entry.leaf.kind == "data":
-        text = _whole_marker(entry)
-        return text.encode() if as_bytes else text
-    raw = entry.raw
-    spans = sorted(entry.spans)
-    out: list[bytes] = []
-    pos = 0
-    i = 0
-    while i < len(spans):
-        start, end, owner = spans[i]
-        best = end - start
-        j = i + 1
-        while j < len(spans) and spans[j][0] <= end:  # merge overlapping spans; the longest names the marker
-            if spans[j][1] - spans[j][0] > best:
-                best, owner = spans[j][1] - spans[j][0], spans[j][2]
-            end = max(end, spans[j][1])
-            j += 1
-        if not as_bytes:  # widen to whole UTF-8 characters
-            while start > 0 and raw[start] & 0xC0 == 0x80:
-                start -= 1
-            while end < len(raw) and raw[end] & 0xC0 == 0x80:
-                end += 1
-        start = max(start, pos)
-        out.append(raw[pos:start])
-        out.append(marker(owner).encode())
-        pos = end
-        i = j
-    out.append(raw[pos:])
-    result = b"".join(out)
-    return result if as_bytes else result.decode("utf-8", "surrogatepass")

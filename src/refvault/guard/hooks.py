@@ -3,6 +3,12 @@
 Three hooks put a :class:`~refvault.guard.LeakGuard` on the paths by which
 protected bytes could leave the process:
 
+Every hook has one shape, ``Hook(guard, <what it wraps>)``: ``guard`` is a
+:class:`~refvault.guard.LeakGuard`, or a Toolbox whose ``box.guard`` to use,
+resolved by :func:`~refvault.guard.contract.resolve_guard` (the transport) or
+:func:`~refvault.guard.contract.resolve_redactor` (logs, spans) with the same
+errors; the framework hooks in :mod:`refvault.integrations` take it the same way.
+
 :class:`GuardedTransport`
     An httpx-style transport wrapper. Pass it to the SDK's HTTP client and every
     request body is checked before it reaches the network::
@@ -95,7 +101,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self, cast
 
-from refvault.errors import ContextLeak
+from refvault.errors import ContextLeak, InvalidType
+from refvault.guard.contract import resolve_guard, resolve_redactor
 from refvault.guard.guard import EVENT
 
 if TYPE_CHECKING:
@@ -108,7 +115,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter as _SpanExporterBase
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    from refvault.guard.guard import LeakGuard
+    from refvault.guard.contract import GuardHolder, Redactor, RequestChecker
 else:  # no third-party import at module load: see the module docstring
 
     class _SyncTransportBase:
@@ -245,8 +252,8 @@ class GuardedTransport(_SyncTransportBase, _AsyncTransportBase):
     on first use. Closing this transport closes the wrapped ones.
     """
 
-    def __init__(self, guard: LeakGuard, transport: Any = None) -> None:
-        self.guard = guard
+    def __init__(self, guard: RequestChecker | GuardHolder | None, transport: Any = None) -> None:
+        self.guard = resolve_guard(guard)
         self._transport = transport
         self._defaults: dict[tuple[str, bool], Any] = {}
         self._lock = threading.Lock()
@@ -409,7 +416,7 @@ _MAX_DEPTH: Final = 32
 class _Redactor:
     """Redacts strings, bytes and plain containers through ``guard.redact_text``; counts what it replaced."""
 
-    def __init__(self, guard: LeakGuard) -> None:
+    def __init__(self, guard: Redactor) -> None:
         self.guard = guard
         self.found = 0
 
@@ -488,9 +495,9 @@ class LogRedactor(logging.Filter):
     (local variables, say) may show what this filter did not see.
     """
 
-    def __init__(self, guard: LeakGuard, name: str = "") -> None:
+    def __init__(self, guard: Redactor | GuardHolder | None, name: str = "") -> None:
         super().__init__(name)
-        self.guard = guard
+        self.guard = resolve_redactor(guard)
         self._local = threading.local()
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -613,7 +620,7 @@ def _bounded(attributes: Mapping[str, Any] | None, dropped: int) -> Any:
     return bounded
 
 
-def redact_span(guard: LeakGuard, span: ReadableSpan) -> ReadableSpan:
+def redact_span(guard: Redactor, span: ReadableSpan) -> ReadableSpan:
     """``span`` with protected spans replaced in its name, attributes, events, links and status description.
 
     Returns the same object when nothing was found, else a new ``ReadableSpan``
@@ -704,10 +711,10 @@ class GuardSpanProcessor(_SpanProcessorBase):
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         return cast("Self", object.__new__(_with_otel_base(cls, "SpanProcessor")))
 
-    def __init__(self, guard: LeakGuard, *processors: _SpanProcessorBase) -> None:
+    def __init__(self, guard: Redactor | GuardHolder | None, *processors: _SpanProcessorBase) -> None:
         if not processors:
-            raise TypeError("GuardSpanProcessor wraps at least one span processor, e.g. BatchSpanProcessor(exporter)")
-        self.guard = guard
+            raise InvalidType("GuardSpanProcessor wraps at least one span processor, e.g. BatchSpanProcessor(exporter)")
+        self.guard = resolve_redactor(guard)
         self.processors: tuple[_SpanProcessorBase, ...] = processors
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -748,8 +755,8 @@ class GuardedSpanExporter(_SpanExporterBase):
     def __new__(cls, *args: Any, **kwargs: Any) -> Self:
         return cast("Self", object.__new__(_with_otel_base(cls, "SpanExporter")))
 
-    def __init__(self, guard: LeakGuard, exporter: _SpanExporterBase) -> None:
-        self.guard = guard
+    def __init__(self, guard: Redactor | GuardHolder | None, exporter: _SpanExporterBase) -> None:
+        self.guard = resolve_redactor(guard)
         self.exporter = exporter
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:

@@ -13,7 +13,7 @@
 A thin shell: dispatch, argument validation, Ref resolution, capture of returned
 bytes, offload and the read tools all live in :meth:`refvault.Toolbox.call`; the
 guard is :class:`refvault.guard.LeakGuard`. Invariants, each with the test in
-``tests/test_int_langchain.py`` that shows it:
+``tests/integrations/test_langchain.py`` that shows it:
 
 * **The Toolbox sees the model's arguments as written.** Each tool's
   ``args_schema`` is the Toolbox's own JSON schema (a dict, which LangChain
@@ -56,13 +56,13 @@ guard is :class:`refvault.guard.LeakGuard`. Invariants, each with the test in
 
 * **Sync and async paths.** Each tool has both; the sync one works inside a running event loop too
   (a notebook: ``Toolbox.call_sync`` then runs an async tool in a worker thread)
-  (``test_langchain_sync_invoke_inside_a_running_loop`` in ``tests/test_int_review.py``).
+  (``test_langchain_sync_invoke_inside_a_running_loop`` in ``tests/integrations/test_langchain_guard.py``).
 
 Attach the callback after ``bind_tools``: ``model.with_config(callbacks=[...]).bind_tools(...)``
 silently drops it (LangChain's ``bind_tools`` binds the underlying model afresh), while
 ``model.bind_tools(...).with_config(callbacks=[...])``, ``config={"callbacks": [...]}`` per call
 and the model's own ``callbacks=`` field all keep it
-(``test_langchain_guard_survives_how_it_is_attached`` in ``tests/test_int_review.py``).
+(``test_langchain_guard_survives_how_it_is_attached`` in ``tests/integrations/test_langchain_guard.py``).
 
 Identity: ``tool_call_id`` is the id of the ``ToolCall`` the tool was invoked
 with; ``run_id`` is the LangChain run id of the tool call (pass
@@ -78,7 +78,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from refvault.errors import ContextLeak, InvalidArgument
+from refvault.guard.contract import GuardHolder, RequestChecker, refuse_leaks, resolve_guard
+from refvault.integrations.adapter import tool_schemas
 from refvault.model import Scope
 from refvault.toolbox.toolbox import Observation, Toolbox
 
@@ -115,21 +116,8 @@ def tools(box: Toolbox, *, scope: Scope, names: Iterable[str] | None = None) -> 
     Each has the Toolbox's name, description and JSON schema, a sync (``func``)
     and an async (``coroutine``) path, and ``response_format="content_and_artifact"``.
     """
-    if not isinstance(box, Toolbox):
-        raise InvalidArgument("box must be a refvault Toolbox")
-    if not isinstance(scope, Scope):
-        raise InvalidArgument("scope must be a refvault Scope")
-    definitions = [schema["function"] for schema in box.schemas("openai")]
-    if names is not None:
-        if isinstance(names, str):
-            raise InvalidArgument("names must be a collection of tool names, not one string")
-        wanted = set(names)
-        unknown = sorted(wanted - {definition["name"] for definition in definitions}, key=str)
-        if unknown:
-            shown = ", ".join(repr(str(name)[:64]) for name in unknown[:10])
-            raise InvalidArgument(f"no tool named {shown} is registered on this Toolbox")
-        definitions = [definition for definition in definitions if definition["name"] in wanted]
-    return [_tool(box, scope, definition) for definition in definitions]
+    schemas = tool_schemas(box, "openai", scope=scope, names=names)
+    return [_tool(box, scope, schema["function"]) for schema in schemas]
 
 
 def _tool(box: Toolbox, scope: Scope, definition: Mapping[str, Any]) -> StructuredTool:
@@ -193,14 +181,8 @@ class LeakGuardCallback(BaseCallbackHandler):
     raise_error: bool = True  # otherwise LangChain logs the ContextLeak and sends the request anyway
     run_inline: bool = True  # async: checked before the handlers that run concurrently (tracers) see it
 
-    def __init__(self, guard: Any) -> None:
-        if isinstance(guard, Toolbox):
-            if guard.guard is None:
-                raise InvalidArgument("this Toolbox has no leak guard (it was made with guard=None): pass a LeakGuard")
-            guard = guard.guard
-        if not callable(getattr(guard, "check", None)) or not callable(getattr(guard, "scan", None)):
-            raise InvalidArgument("guard must be a refvault LeakGuard, or a Toolbox whose guard to use")
-        self.guard = guard
+    def __init__(self, guard: RequestChecker | GuardHolder | None) -> None:
+        self.guard = resolve_guard(guard)
 
     def on_chat_model_start(
         self,
@@ -230,8 +212,7 @@ class LeakGuardCallback(BaseCallbackHandler):
         self._check({"prompts": list(prompts), "invocation_params": kwargs.get("invocation_params")})
 
     def _check(self, request: dict[str, Any]) -> None:
-        if self.guard.check(request) is not request:  # policy "redact": the redacted copy cannot be sent instead
-            raise ContextLeak(self.guard.scan(request))
+        refuse_leaks(self.guard, request)  # policy "redact": the redacted copy cannot be sent instead
 
     def __repr__(self) -> str:
         return f"LeakGuardCallback({self.guard!r})"

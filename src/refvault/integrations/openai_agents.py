@@ -13,7 +13,7 @@ A thin shell: every call goes through :meth:`refvault.Toolbox.call`, which
 validates the arguments, resolves ``Ref`` parameters in the caller's scope,
 runs the tool, captures returned bytes and offloads oversized results. Nothing
 of that is re-implemented here. Invariants, and the test in
-``tests/test_int_openai_agents.py`` that shows each:
+``tests/integrations/test_openai_agents.py`` that shows each:
 
 * **One tool per Toolbox tool, dispatched by the Toolbox.** Name, description
   and parameter schema come from ``box.schemas("openai", strict=True)``; the
@@ -58,6 +58,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from refvault.errors import InvalidArgument
+from refvault.guard.contract import resolve_guard
+from refvault.integrations.adapter import tool_schemas
 
 try:
     import openai
@@ -71,7 +73,7 @@ except ImportError as exc:
     ) from exc
 
 if TYPE_CHECKING:
-    from refvault.guard import LeakGuard
+    from refvault.guard.contract import GuardHolder, RequestChecker
     from refvault.model import Scope
     from refvault.toolbox import Observation, Toolbox
 
@@ -91,14 +93,8 @@ def tools(box: Toolbox, *, scope: Scope, names: Iterable[str] | None = None) -> 
     read tools included); an unknown name raises
     :class:`~refvault.errors.InvalidArgument`.
     """
-    if isinstance(names, str):
-        raise InvalidArgument("names is a list of tool names, not one name")
-    functions = {schema["function"]["name"]: schema["function"] for schema in box.schemas("openai", strict=True)}
-    chosen = list(functions) if names is None else list(dict.fromkeys(names))
-    unknown = [name for name in chosen if name not in functions]
-    if unknown:
-        raise InvalidArgument(f"no such Toolbox tool: {', '.join(repr(name) for name in unknown[:10])}")
-    return [_function_tool(box, scope, functions[name]) for name in chosen]
+    schemas = tool_schemas(box, "openai", scope=scope, names=names, strict=True, in_given_order=True)
+    return [_function_tool(box, scope, schema["function"]) for schema in schemas]
 
 
 def _function_tool(box: Toolbox, scope: Scope, function: Mapping[str, Any]) -> FunctionTool:
@@ -139,7 +135,9 @@ def _output(observation: Observation) -> ToolOutput:
     return output
 
 
-def guard_model_input(guard: LeakGuard | None, *, inner: CallModelInputFilter | None = None) -> ModelInputFilter:
+def guard_model_input(
+    guard: RequestChecker | GuardHolder | None, *, inner: CallModelInputFilter | None = None
+) -> ModelInputFilter:
     """A ``RunConfig.call_model_input_filter`` that checks each model request with ``guard`` before it is sent.
 
     It checks the system instructions and every input item (all messages, tool
@@ -148,11 +146,10 @@ def guard_model_input(guard: LeakGuard | None, *, inner: CallModelInputFilter | 
     the model is never called. With a ``policy="redact"`` guard the model gets a
     copy with each protected span replaced by ``[refvault:<artifact_id>]``.
     ``inner`` is a filter of your own: it runs first, and the guard checks what
-    it returns. Pass ``box.guard`` (it learns every value a tool reads by
-    reference).
+    it returns. Pass ``box.guard``, or the Toolbox itself (its guard learns every
+    value a tool reads by reference).
     """
-    if guard is None:
-        raise InvalidArgument("no leak guard to check with (was the Toolbox made with guard=None?): pass a LeakGuard")
+    checker = resolve_guard(guard)
 
     async def check(data: CallModelData[Any]) -> ModelInputData:
         model_data = data.model_data
@@ -160,7 +157,7 @@ def guard_model_input(guard: LeakGuard | None, *, inner: CallModelInputFilter | 
             filtered = inner(data)
             model_data = await filtered if inspect.isawaitable(filtered) else filtered
         request = {"instructions": model_data.instructions, "input": model_data.input}
-        checked = guard.check(request)
+        checked = checker.check(request)
         if checked is request:
             return model_data
         redacted = cast("dict[str, Any]", checked)  # policy "redact": a redacted copy of the same shape
@@ -169,7 +166,9 @@ def guard_model_input(guard: LeakGuard | None, *, inner: CallModelInputFilter | 
     return check
 
 
-def guarded_client(guard: LeakGuard, *, transport: Any = None, **kwargs: Any) -> openai.AsyncOpenAI:
+def guarded_client(
+    guard: RequestChecker | GuardHolder | None, *, transport: Any = None, **kwargs: Any
+) -> openai.AsyncOpenAI:
     """An ``openai.AsyncOpenAI`` whose HTTP transport is a :class:`~refvault.guard.GuardedTransport`.
 
     Every request body is checked with ``guard`` before it reaches the network:

@@ -13,7 +13,7 @@
         ],
     )
 
-Invariants, and the test in ``tests/test_int_pydantic_ai.py`` that shows each:
+Invariants, and the test in ``tests/integrations/test_pydantic_ai.py`` that shows each:
 
 * **The Toolbox decides.** :func:`toolset` exposes each Toolbox tool with the
   Toolbox's own JSON schema (a ``Ref`` is a string) and dispatches every call
@@ -23,7 +23,7 @@ Invariants, and the test in ``tests/test_int_pydantic_ai.py`` that shows each:
   the Toolbox validates the arguments, resolves Refs, offloads and captures
   (``test_toolset_exposes_the_toolbox_schemas``, ``test_the_toolbox_validates_the_arguments``,
   ``test_ref_argument_reaches_the_tool_not_the_model``, ``test_oversized_result_is_offloaded_and_read_back``;
-  ``test_empty_and_malformed_arguments`` in ``tests/test_int_review.py``).
+  ``test_empty_and_malformed_arguments`` in ``tests/integrations/test_adapter_arguments.py``).
 * **The model sees ``Observation.content``.** An error observation becomes
   Pydantic AI's ``ToolFailed``: a failed tool return showing the text, no retry
   budget spent, so the model can recover (``test_bad_and_foreign_ids_are_recoverable_errors``).
@@ -82,14 +82,15 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
     ) from exc
 
 from refvault.content import Limits, materialize
-from refvault.errors import ContextLeak, InvalidArgument, RefvaultError
+from refvault.errors import InvalidArgument, RefvaultError
+from refvault.guard.contract import GuardHolder, RequestChecker, refuse_leaks, resolve_guard
+from refvault.integrations.adapter import tool_schemas
 from refvault.model import Disclosure, Scope
 from refvault.toolbox import Observation, Toolbox
 
 if TYPE_CHECKING:
     from pydantic_ai.models.batch import BatchRequest, EncodedBatchRequest
 
-    from refvault.guard import LeakGuard
     from refvault.vault import Vault
     from refvault.vault.aio import AsyncVault
 
@@ -114,19 +115,7 @@ class RefvaultToolset(AbstractToolset[Any]):
         names: Iterable[str] | None = None,
         id: str | None = None,
     ) -> None:
-        if not isinstance(box, Toolbox):
-            raise InvalidArgument("box must be a refvault.Toolbox")
-        if not isinstance(scope, Scope):
-            raise InvalidArgument("scope must be a refvault.Scope(tenant=..., user=..., session=...)")
-        schemas = box.schemas("mcp")
-        if isinstance(names, str):
-            raise InvalidArgument("names must be a list of tool names, not one string")
-        if names is not None:
-            wanted = set(names)
-            unknown = sorted(wanted - {schema["name"] for schema in schemas})
-            if unknown:
-                raise InvalidArgument(f"no tool named {', '.join(map(repr, unknown))} is registered on the Toolbox")
-            schemas = [schema for schema in schemas if schema["name"] in wanted]
+        schemas = tool_schemas(box, "mcp", scope=scope, names=names)
         self.box = box
         self.scope = scope
         self._id = id
@@ -284,17 +273,18 @@ def _reference(block: Mapping[str, Any]) -> str:
 class GuardedModel(WrapperModel):
     """A model that passes every request to ``guard.check`` before the wrapped model sees it.
 
-    ``guard`` is a :class:`~refvault.guard.LeakGuard`, usually ``box.guard``
-    (it learns every value a tool reads by reference); call
+    ``guard`` is a :class:`~refvault.guard.LeakGuard`, usually ``box.guard``, or
+    the Toolbox itself (its guard learns every value a tool reads by reference); call
     ``guard.protect_scope(vault, scope)`` to protect every sealed artifact of a
     scope up front. A hit raises :class:`~refvault.errors.ContextLeak`.
     """
 
-    guard: LeakGuard
+    guard: RequestChecker
 
-    def __init__(self, wrapped: Model | str, guard: LeakGuard) -> None:
+    def __init__(self, wrapped: Model | str, guard: RequestChecker | GuardHolder | None) -> None:
+        checker = resolve_guard(guard)
         super().__init__(wrapped)
-        self.guard = guard
+        self.guard = checker
 
     async def _check(
         self, messages: list[ModelMessage], parameters: ModelRequestParameters | None, extra: str | None = None
@@ -313,8 +303,7 @@ class GuardedModel(WrapperModel):
                 {"name": tool.name, "description": tool.description, "parameters": tool.parameters_json_schema}
                 for tool in (*parameters.function_tools, *parameters.output_tools)
             ]
-        if self.guard.check(request) is not request:  # policy "redact" handed back a copy: refuse all the same
-            raise ContextLeak(self.guard.scan(request))
+        refuse_leaks(self.guard, request)  # policy "redact" hands back a copy: refused all the same
 
     async def request(
         self,

@@ -2,7 +2,11 @@
 
 Every function takes ``(vault, scope, artifact_id, ...)`` and returns a plain
 JSON-ready ``dict`` that says what it covers; the model-facing read tools are
-these same functions. Invariants, each enforced here and tested in ``tests/``:
+these same functions. ``vault`` is any vault of the contract
+(:class:`refvault.contract.VaultContract`): each function checks its arguments
+into a request (:mod:`refvault.operations`) and hands it to
+``vault.read_selection``, which an embedded vault runs here and a client has
+its server run. Invariants, each enforced here and tested in ``tests/``:
 
 * **Scoped and verified.** Reads go through the vault, so scope, expiry and
   integrity are checked on every call; a cursor never authorises anything.
@@ -15,8 +19,9 @@ these same functions. Invariants, each enforced here and tested in ``tests/``:
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from refvault.lazy import lazy_exports
 
 _EXPORTS = {
     "window": "refvault.read.windows",
@@ -52,15 +57,4 @@ if TYPE_CHECKING:
     from refvault.read.records import RecordSet, capture_records, derive, query, rotate_cursor_keys
     from refvault.read.windows import grep, window
 
-
-def __getattr__(name: str) -> Any:
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'refvault.read' has no attribute {name!r}")
-    value = getattr(import_module(module_name), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -8,12 +8,12 @@ from refvault.errors import SealedArtifact
 from refvault.model import RECORD_MEDIA_TYPES, Descriptor, Scope, base_type, is_records, is_text
 
 if TYPE_CHECKING:
-    from refvault.client import VaultLike
+    from refvault.contract import VaultContract
 
 __all__ = ["RECORD_MEDIA_TYPES", "base_type", "coverage", "is_records", "is_text", "readable"]
 
 
-def readable(vault: VaultLike, scope: Scope, artifact_id: str) -> Descriptor:
+def readable(vault: VaultContract, scope: Scope, artifact_id: str) -> Descriptor:
     """The descriptor of an artifact the model may read: visible in ``scope``, unexpired, not sealed.
 
     Raises :class:`~refvault.errors.NotFound` / :class:`~refvault.errors.Expired`

@@ -1,6 +1,6 @@
 """Text windows and grep: read exactly the part of a text artifact the model needs.
 
-Invariants, each enforced here and tested in ``tests/test_read_windows.py``:
+Invariants, each enforced here and tested in ``tests/read/test_windows.py``:
 
 * **Scoped and verified.** Every byte comes through the vault (``vault.stream`` /
   ``vault.read_range``), so scope, expiry and integrity are checked on every call;
@@ -33,27 +33,44 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any
 
+from refvault.contract import VaultContract
 from refvault.errors import InvalidArgument, RefvaultError, UnsupportedRead
+from refvault.limits import (
+    DEFAULT_GREP_MATCHES,
+    DEFAULT_GREP_SECONDS,
+    DEFAULT_WINDOW_CHARS,
+    LONG_LINE_CHARS,
+    MATCH_CHARS,
+    MAX_CHARS,
+    MAX_MATCHES,
+    MAX_PATTERN,
+    MAX_SECONDS,
+)
 from refvault.model import Descriptor, Scope
+from refvault.operations import GrepRequest, WindowRequest
 from refvault.read._access import coverage, is_records, is_text, readable
-from refvault.vault.vault import Vault
-from refvault.vault.verified import ArtifactStream
 
 if TYPE_CHECKING:
     import duckdb
 
-    from refvault.client import VaultLike
+    from refvault.vault.core import Vault
+    from refvault.vault.verified import ArtifactStream
 
-__all__ = ["LONG_LINE_CHARS", "MATCH_CHARS", "MAX_CHARS", "MAX_MATCHES", "MAX_PATTERN", "grep", "window"]
+__all__ = [
+    "LONG_LINE_CHARS",
+    "MATCH_CHARS",
+    "MAX_CHARS",
+    "MAX_MATCHES",
+    "MAX_PATTERN",
+    "MAX_SECONDS",
+    "grep",
+    "run_grep",
+    "run_window",
+    "window",
+]
 
-MAX_CHARS = 200_000
-MAX_MATCHES = 1000
-MAX_PATTERN = 1000
-MAX_SECONDS = 60.0
-MATCH_CHARS = 500
-LONG_LINE_CHARS = 1 << 22  # grep handles longer lines in segments; a regex sees only the first
 _BLOCK = 1 << 20
 _ESCAPED = re.compile("[\udc80-\udcff]")  # invalid bytes after surrogateescape decoding
 _REGEX_SQL = (
@@ -61,61 +78,6 @@ _REGEX_SQL = (
     "WHERE regexp_matches(l, ?) ORDER BY i"
 )
 _clock = time.monotonic  # tests replace it to drive the time budget deterministically
-
-
-# -- argument checks -----------------------------------------------------------------
-
-
-def _is_count(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _pair(name: str, value: object, shape: str) -> tuple[object, object]:
-    if not isinstance(value, list | tuple) or len(value) != 2:
-        raise InvalidArgument(f"{name} must be a list of two numbers {shape}")
-    return value[0], value[1]
-
-
-def _lines_arg(value: object) -> tuple[int, int | None]:
-    shape = "[start, end): zero-based, end exclusive or null for 'to the end', e.g. [0, 200]"
-    start, end = _pair("lines", value, shape)
-    if not _is_count(start) or not (end is None or _is_count(end)):
-        raise InvalidArgument(f"lines must hold non-negative integers {shape}")
-    if end is not None and end <= start:
-        raise InvalidArgument(f"lines end must be greater than start {shape}")
-    return start, end
-
-
-def _bytes_arg(value: object) -> tuple[int, int]:
-    shape = "[offset, length]: zero-based offset and a length of at least 1, e.g. [0, 65536]"
-    offset, length = _pair("byte_range", value, shape)
-    if not _is_count(offset) or not _is_count(length) or length == 0:
-        raise InvalidArgument(f"byte_range must hold non-negative integers {shape}")
-    return offset, length
-
-
-def _bounded(name: str, value: object, low: int, high: int) -> int:
-    if not _is_count(value) or not low <= value <= high:
-        raise InvalidArgument(f"{name} must be an integer from {low} to {high}")
-    return value
-
-
-def _seconds(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SECONDS:
-        raise InvalidArgument(f"max_seconds must be a number from 0 to {MAX_SECONDS:g}")
-    return float(value)
-
-
-def _pattern(value: object, regex: bool) -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= MAX_PATTERN:
-        raise InvalidArgument(f"pattern must be a string of 1 to {MAX_PATTERN} characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgument("pattern must be valid Unicode text (it holds a lone surrogate)") from None
-    if not regex and "\n" in value:
-        raise InvalidArgument("a literal pattern cannot contain a newline: grep matches within one line")
-    return value
 
 
 def _text_artifact(vault: Vault, scope: Scope, artifact_id: str, action: str) -> Descriptor:
@@ -179,13 +141,13 @@ def _straddling(buf: bytes, p: int) -> tuple[int, int] | None:
 
 
 def window(
-    vault: VaultLike,
+    vault: VaultContract,
     scope: Scope,
     artifact_id: str,
     *,
     lines: Sequence[int | None] | None = None,
     byte_range: Sequence[int] | None = None,
-    max_chars: int = 20_000,
+    max_chars: int = DEFAULT_WINDOW_CHARS,
 ) -> dict[str, Any]:
     """A window of a text artifact: lines ``[start, end)`` or bytes ``[offset, offset + length)``.
 
@@ -195,18 +157,20 @@ def window(
     whose ``next`` continues inside the line. ``next`` holds the arguments for the
     following window (None at the end of the artifact).
     """
-    if lines is not None and byte_range is not None:
-        raise InvalidArgument("pass lines or byte_range, not both")
-    line_request = _lines_arg(lines) if lines is not None else None
-    byte_request = _bytes_arg(byte_range) if byte_range is not None else None
-    limit = _bounded("max_chars", max_chars, 1, MAX_CHARS)
-    if not isinstance(vault, Vault):  # a refvault.client.Client: the server runs the read
-        return vault.window(scope, artifact_id, lines=lines, byte_range=byte_range, max_chars=max_chars)
+    request = WindowRequest(lines=lines, byte_range=byte_range, max_chars=max_chars)
+    return vault.read_selection(
+        scope, artifact_id, request, lambda local: run_window(local, scope, artifact_id, request)
+    )
+
+
+def run_window(vault: Vault, scope: Scope, artifact_id: str, request: WindowRequest) -> dict[str, Any]:
+    """:func:`window` on an embedded vault (the engine a server runs for its clients)."""
     descriptor = _text_artifact(vault, scope, artifact_id, "show a text window of")
-    if byte_request is not None:
-        body = _byte_window(vault, scope, descriptor, *byte_request, limit)
+    limit = request.max_chars
+    if (byte_span := request.byte_span) is not None:
+        body = _byte_window(vault, scope, descriptor, *byte_span, limit)
     else:
-        body = _line_window(vault, scope, descriptor, *(line_request or (0, None)), limit)
+        body = _line_window(vault, scope, descriptor, *request.line_span, limit)
     return {"status": "ok", **coverage(descriptor), "media_type": descriptor.media_type, **body}
 
 
@@ -524,15 +488,15 @@ def _connect(pattern: str) -> duckdb.DuckDBPyConnection:
 
 
 def grep(
-    vault: VaultLike,
+    vault: VaultContract,
     scope: Scope,
     artifact_id: str,
     pattern: str,
     *,
     regex: bool = False,
-    max_matches: int = 100,
+    max_matches: int = DEFAULT_GREP_MATCHES,
     from_line: int = 0,
-    max_seconds: float = 5.0,
+    max_seconds: float = DEFAULT_GREP_SECONDS,
 ) -> dict[str, Any]:
     """Lines of a text artifact that contain ``pattern`` (case-sensitive), with zero-based line numbers.
 
@@ -542,20 +506,17 @@ def grep(
     ``from_line`` to resume from. Absence of matches is claimed only when
     ``scan_complete`` is true.
     """
-    if not isinstance(regex, bool):
-        raise InvalidArgument("regex must be true or false")
-    checked = _pattern(pattern, regex)
-    quota = _bounded("max_matches", max_matches, 1, MAX_MATCHES)
-    first = _bounded("from_line", from_line, 0, 2**63 - 1)
-    budget = _seconds(max_seconds)
-    if not isinstance(vault, Vault):  # a refvault.client.Client: the server runs the read
-        return vault.grep(
-            scope, artifact_id, pattern, regex=regex, max_matches=max_matches, from_line=from_line, max_seconds=budget
-        )
+    request = GrepRequest(pattern, regex=regex, max_matches=max_matches, from_line=from_line, max_seconds=max_seconds)
+    return vault.read_selection(scope, artifact_id, request, lambda local: run_grep(local, scope, artifact_id, request))
+
+
+def run_grep(vault: Vault, scope: Scope, artifact_id: str, request: GrepRequest) -> dict[str, Any]:
+    """:func:`grep` on an embedded vault (the engine a server runs for its clients)."""
+    checked, regex, first = request.pattern, request.regex, request.from_line
     descriptor = _text_artifact(vault, scope, artifact_id, "grep")
     con = _connect(checked) if regex else None
     try:
-        scan = _Scan(checked, regex, quota, _clock() + budget, con, done_to=first)
+        scan = _Scan(checked, regex, request.max_matches, _clock() + request.max_seconds, con, done_to=first)
         total = _run(vault, scope, descriptor, scan, first)
     finally:
         if con is not None:

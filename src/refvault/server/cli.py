@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from refvault._store_option import STORE_KEY, store_option
+from refvault.cli.options import STORE_KEY, store_option
 from refvault.server import (
     DEFAULT_BODY_TIMEOUT,
     DEFAULT_HEADER_TIMEOUT,
@@ -43,7 +43,7 @@ from refvault.server import (
 
 if TYPE_CHECKING:
     from refvault.catalog.base import ApiKey
-    from refvault.vault.vault import Vault
+    from refvault.vault import Vault
 
 __all__ = ["keys", "serve"]
 
@@ -108,8 +108,8 @@ def _vault(
     create: bool = True,
 ) -> Iterator[Vault]:
     """The chosen store. Unless ``create``, a directory without a store is an error, not a new store."""
-    from refvault.cli import CliError, open_store
-    from refvault.vault.vault import Vault
+    from refvault.cli.console import CliError, open_store
+    from refvault.vault import Vault
 
     description = _select_store(ctx, catalog, blobs, s3_endpoint)
     if os.environ.get("REFVAULT_CATALOG"):
@@ -377,7 +377,7 @@ def list_command(
 @click.pass_context
 def revoke(ctx: click.Context, key_id: str, catalog: str | None, blobs: str | None, s3_endpoint: str | None) -> None:
     """Revoke a key: it never authenticates again."""
-    from refvault.cli import CliError
+    from refvault.cli.console import CliError
     from refvault.keys import revoke_key
 
     with _vault(ctx, catalog, blobs, s3_endpoint, create=False) as vault:

@@ -1,13 +1,14 @@
 """``/mcp``: refvault's model-facing tools over streamable HTTP, scoped by each request's API key.
 
 :func:`mcp_app` returns an ASGI app that ``refvault serve`` mounts at ``/mcp``.
-It serves the MCP gateway's own surface (:class:`~refvault.integrations.mcp.gateway.ArtifactTools`:
-``describe_artifact``, ``list_artifacts``, ``read_artifact``, ``query_artifact``,
-``load_artifacts``, ``resources/list`` and ``resources/read`` of ``refvault://``
-URIs) through the official MCP SDK's streamable HTTP transport, stateless, one
-fresh transport per HTTP request, JSON responses.
+It serves refvault's MCP tool surface (:class:`~refvault.mcp_tools.ArtifactTools`,
+the one the MCP gateway serves beside an upstream's tools: ``describe_artifact``,
+``list_artifacts``, ``read_artifact``, ``query_artifact``, ``load_artifacts``,
+``resources/list`` and ``resources/read`` of ``refvault://`` URIs) through the
+official MCP SDK's streamable HTTP transport, stateless, one fresh transport per
+HTTP request, JSON responses.
 
-Invariants, each tested in ``tests/test_server_mcp.py`` against a live server:
+Invariants, each tested in ``tests/server/test_mcp.py`` against a live server:
 
 * **Every request is authenticated.** A request without a valid
   ``Authorization: Bearer`` key gets 401 ``unauthenticated`` (the same problem
@@ -67,18 +68,13 @@ from refvault.errors import (
     TooManyRequests,
     Unauthenticated,
 )
-from refvault.integrations.mcp.gateway import ArtifactTools
+from refvault.mcp_tools import ArtifactTools
 from refvault.model import Principal, Scope
-from refvault.server.app import (
-    UNAUTHENTICATED_DETAIL,
-    BodyTooLarge,
-    declared_length,
-    problem,
-    problem_for,
-    session_scope,
-)
+from refvault.server.auth import session_scope
+from refvault.server.inputs import BodyTooLarge, declared_length
 from refvault.server.limits import Uploads, key_id
-from refvault.vault.vault import Vault
+from refvault.server.problems import UNAUTHENTICATED_DETAIL, problem, problem_for
+from refvault.vault.core import Vault
 
 __all__ = ["LOOPBACK_NAMES", "SCOPE_KEY", "allow_list", "mcp_app", "transport_security"]
 

@@ -2,7 +2,7 @@
 
 Each is a thin shell over :mod:`refvault.read` (the same functions Python
 callers use), run in the caller's scope. Invariants (tested in
-``tests/test_read_tools.py``):
+``tests/toolbox/test_read_tools.py``):
 
 * **Disclosure.** Tools that put content into the model's context
   (``read_artifact``, ``query_artifact``, ``load_artifacts``) refuse ``sealed``
@@ -26,20 +26,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from refvault.errors import InvalidArgument, RefvaultError, UnsupportedRead, shown_id
-from refvault.model import Descriptor, Scope
+from refvault.limits import (
+    DEFAULT_GREP_MATCHES,
+    DEFAULT_QUERY_LIMIT,
+    DEFAULT_WINDOW_CHARS,
+    LOAD_IMAGE_BYTES,
+    LOAD_TEXT_CHARS,
+    MAX_LIST_SUMMARY,
+    MAX_LOAD_IDS,
+    SUMMARY_LIMIT,
+)
+from refvault.model import Descriptor, Scope, pick
 from refvault.read import records as record_reads
 from refvault.read import windows
 from refvault.read._access import base_type, coverage, is_records, is_text, readable
 
 if TYPE_CHECKING:
-    from refvault.client import VaultLike
+    from refvault.contract import VaultContract
 
 __all__ = ["BUILTIN_TOOLS", "LoadedContent", "describe", "instructions", "list_summary", "load"]
 
-MAX_LIST = 50
-MAX_LOAD_IDS = 10
-LOAD_TEXT_CHARS = 20_000
-LOAD_IMAGE_BYTES = 5 * 1024 * 1024
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
@@ -57,20 +63,14 @@ class LoadedContent:
 
 
 def _line(descriptor: Descriptor) -> dict[str, Any]:
-    return {
-        "artifact_id": descriptor.artifact_id,
-        "filename": descriptor.filename,
-        "media_type": descriptor.media_type,
-        "size": descriptor.size,
-        "disclosure": descriptor.disclosure,
-        "created_at": descriptor.to_dict()["created_at"],
-    }
+    line = pick(descriptor, ("artifact_id", "filename", "media_type", "size", "disclosure"))
+    return {**line, "created_at": descriptor.to_dict()["created_at"]}
 
 
-def list_summary(vault: VaultLike, scope: Scope, *, limit: int = 20) -> dict[str, Any]:
+def list_summary(vault: VaultContract, scope: Scope, *, limit: int = SUMMARY_LIMIT) -> dict[str, Any]:
     """The session's artifacts, newest first (ties: latest published first), capped with a count of the rest."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST:
-        raise InvalidArgument(f"limit must be between 1 and {MAX_LIST}")
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_SUMMARY:
+        raise InvalidArgument(f"limit must be between 1 and {MAX_LIST_SUMMARY}")
     everything = vault.list(scope)
     shown = everything[:limit]
     more = len(everything) - len(shown)
@@ -83,7 +83,7 @@ def list_summary(vault: VaultLike, scope: Scope, *, limit: int = 20) -> dict[str
     }
 
 
-def describe(vault: VaultLike, scope: Scope, artifact_id: str) -> dict[str, Any]:
+def describe(vault: VaultContract, scope: Scope, artifact_id: str) -> dict[str, Any]:
     """The descriptor, what reads apply, and (for record artifacts already derived) the record schema."""
     descriptor = vault.describe(scope, artifact_id)
     answer: dict[str, Any] = {"status": "ok", "descriptor": descriptor.to_dict()}
@@ -103,7 +103,7 @@ def describe(vault: VaultLike, scope: Scope, artifact_id: str) -> dict[str, Any]
     return answer
 
 
-def instructions(vault: VaultLike, scope: Scope, *, limit: int = 20) -> str:
+def instructions(vault: VaultContract, scope: Scope, *, limit: int = SUMMARY_LIMIT) -> str:
     """System-instruction text naming the artifacts ``load_artifacts`` can load (for frameworks that inject one)."""
     loadable = [d for d in vault.list(scope) if d.disclosure == "model" and _loadable(d)]
     if not loadable:
@@ -128,7 +128,7 @@ def _loadable(descriptor: Descriptor) -> bool:
     return is_text(descriptor.media_type)
 
 
-def _load_one(vault: VaultLike, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _load_one(vault: VaultContract, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One id's parts and outcome; a failure becomes an error entry for this id (the others still load)."""
     try:
         return _load_content(vault, scope, artifact_id)
@@ -141,7 +141,7 @@ def _load_one(vault: VaultLike, scope: Scope, artifact_id: str) -> tuple[list[di
     return [{"type": "text", "text": f"[{shown}] error: {message}"}], failure
 
 
-def _load_content(vault: VaultLike, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _load_content(vault: VaultContract, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     descriptor = readable(vault, scope, artifact_id)
     main = base_type(descriptor.media_type)
     covers = coverage(descriptor)
@@ -176,7 +176,7 @@ def _load_content(vault: VaultLike, scope: Scope, artifact_id: str) -> tuple[lis
     )
 
 
-def load(vault: VaultLike, scope: Scope, artifact_ids: list[str]) -> LoadedContent:
+def load(vault: VaultContract, scope: Scope, artifact_ids: list[str]) -> LoadedContent:
     """Load several artifacts concurrently; one failing id yields an error entry for that id, not a failed call."""
     if not artifact_ids:
         raise InvalidArgument("artifact_ids is empty: pass the ids to load (list_artifacts shows them)")
@@ -201,7 +201,7 @@ def describe_artifact(artifact_id: str, *, ctx: Any) -> dict[str, Any]:
     return describe(ctx.vault, ctx.scope, artifact_id)
 
 
-def list_artifacts(limit: int = 20, *, ctx: Any) -> dict[str, Any]:
+def list_artifacts(limit: int = SUMMARY_LIMIT, *, ctx: Any) -> dict[str, Any]:
     """List this session's artifacts, newest first (at most `limit`, up to 50)."""
     return list_summary(ctx.vault, ctx.scope, limit=limit)
 
@@ -212,8 +212,8 @@ def read_artifact(
     byte_range: list[int] | None = None,
     pattern: str | None = None,
     regex: bool = False,
-    max_chars: int = 20_000,
-    max_matches: int = 100,
+    max_chars: int = DEFAULT_WINDOW_CHARS,
+    max_matches: int = DEFAULT_GREP_MATCHES,
     from_line: int = 0,
     *,
     ctx: Any,
@@ -239,7 +239,7 @@ def query_artifact(
     where: dict[str, Any] | None = None,
     fields: list[str] | None = None,
     order: list[dict[str, str]] | None = None,
-    limit: int = 100,
+    limit: int = DEFAULT_QUERY_LIMIT,
     record_range: list[int] | None = None,
     cursor: str | None = None,
     *,

@@ -1,7 +1,7 @@
 """Offloading an oversized tool result: capture it, and hand the model a bounded preview instead.
 
 Used by the Toolbox for its tools' results and by the MCP gateway for an
-upstream server's text results. Invariants (tested in ``tests/test_offload.py``):
+upstream server's text results. Invariants (tested in ``tests/toolbox/test_offload.py``):
 
 * The captured bytes are exactly the result's text (UTF-8), with
   ``disclosure="model"``, unless the result was derived from a sealed input:
@@ -25,7 +25,7 @@ from refvault.errors import RefvaultError
 from refvault.model import Descriptor, Scope
 
 if TYPE_CHECKING:
-    from refvault.client import VaultLike
+    from refvault.contract import VaultContract
 
 __all__ = ["offload"]
 
@@ -33,7 +33,7 @@ logger = logging.getLogger("refvault.toolbox")
 
 
 def offload(
-    vault: VaultLike,
+    vault: VaultContract,
     scope: Scope,
     text: str,
     result: Any,
@@ -76,7 +76,7 @@ def offload(
     return json.dumps({"offloaded": shown}, ensure_ascii=False), [descriptor]
 
 
-def _records_summary(vault: VaultLike, scope: Scope, descriptor: Descriptor, result: Any) -> Any:
+def _records_summary(vault: VaultContract, scope: Scope, descriptor: Descriptor, result: Any) -> Any:
     """For a list of objects: its record schema, count and first rows (None if it is not records)."""
     if not (isinstance(result, list | tuple) and result and all(isinstance(row, Mapping) for row in result)):
         return None

@@ -1,6 +1,6 @@
 """``Ref``: a tool argument that is an artifact id to the model and bytes to the tool.
 
-Invariants (tested in ``tests/test_toolbox.py`` and ``tests/test_ref_doors.py``):
+Invariants (tested in ``tests/toolbox/test_toolbox.py`` and ``tests/security/test_ref_canaries.py``):
 
 * **A Ref holds only its id.** Every way Python turns an object into text or
   bytes (``str``, ``repr``, ``format``, ``%``, ``logging``, ``json`` with
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from refvault.errors import BadRef, Expired, NotFound, UnresolvedRef, shown_id
+from refvault.errors import BadRef, Expired, InvalidArgument, InvalidType, NotFound, UnresolvedRef, shown_id
 from refvault.ids import ARTIFACT_ID_PATTERN
 
 if TYPE_CHECKING:
@@ -37,9 +37,8 @@ if TYPE_CHECKING:
     from pydantic.json_schema import JsonSchemaValue
     from pydantic_core import CoreSchema
 
-    from refvault.client import ClientStream, VaultLike
+    from refvault.contract import ArtifactReader, VaultContract
     from refvault.model import Descriptor, Scope
-    from refvault.vault.verified import ArtifactStream
 
 __all__ = ["REF_DESCRIPTION", "DispatchFrame", "Ref", "current_frame", "finish_ref_schemas"]
 
@@ -76,7 +75,7 @@ class DispatchFrame:
 
     def __init__(
         self,
-        vault: VaultLike,
+        vault: VaultContract,
         scope: Scope,
         run_id: str | None,
         protect: Callable[[str, bytes, bool], None] | None = None,
@@ -88,14 +87,14 @@ class DispatchFrame:
         self._descriptors: dict[str, Descriptor] = {}
         self._bytes: dict[str, bytes] = {}
         self._cached = 0
-        self._streams: list[ArtifactStream | ClientStream] = []
+        self._streams: list[ArtifactReader] = []
         self._closed = False
         self._lock = threading.Lock()
 
     def admit(self, artifact_id: str, descriptor: Descriptor) -> None:
         """Make ``artifact_id`` readable in this call (only ``bind_refs`` does this)."""
         if descriptor.artifact_id != artifact_id:
-            raise ValueError("a descriptor is admitted under its own id only")
+            raise InvalidArgument("a descriptor is admitted under its own id only")
         with self._lock:
             if not self._closed:
                 self._descriptors[artifact_id] = descriptor
@@ -134,7 +133,7 @@ class DispatchFrame:
                 raise AssertionError("unreachable")
         return data
 
-    def open(self, artifact_id: str) -> ArtifactStream | ClientStream:
+    def open(self, artifact_id: str) -> ArtifactReader:
         self._require(artifact_id)
         stream = self._vault_call(lambda: self.vault.stream(self.scope, artifact_id), artifact_id)
         if self.protect is not None:
@@ -228,7 +227,7 @@ class Ref:
 
     def __init__(self, artifact_id: str) -> None:
         if not isinstance(artifact_id, str):
-            raise TypeError("a Ref is made from an artifact id string")
+            raise InvalidType("a Ref is made from an artifact id string")
         object.__setattr__(self, "_artifact_id", artifact_id)
 
     @property
@@ -253,7 +252,7 @@ class Ref:
         """The artifact's bytes decoded as text."""
         return self.read().decode(encoding, errors)
 
-    def open(self) -> ArtifactStream | ClientStream:
+    def open(self) -> ArtifactReader:
         """A binary stream over the artifact, closed with the call: from a vault, seekable and verified chunk by
         chunk; from a :class:`~refvault.client.Client`, sequential and verified whole when its end is read."""
         return self._frame().open(self._artifact_id)

@@ -2,9 +2,9 @@
 
 :func:`bind_refs` is the single production site of resolved values: it walks
 the validated arguments of one tool call, resolves every :class:`Ref` in the
-caller's scope, and admits it to that call's frame. ``refvault.toolbox.scan``
+caller's scope, and admits it to that call's frame. ``refvault.devtools.ref_sites``
 checks the source tree so that no second call site exists and the function is
-never passed around as a value (``python -m refvault.toolbox.scan``).
+never passed around as a value (``python -m refvault.devtools.ref_sites``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from refvault.errors import BadRef, Expired, InvalidId, NotFound
+from refvault.errors import BadRef, Expired, InvalidArgument, InvalidId, NotFound
 from refvault.toolbox.ref import DispatchFrame, Ref
 
 __all__ = ["MAX_DEPTH", "bind_refs"]
@@ -48,9 +48,9 @@ def _walk(value: Any, frame: DispatchFrame, found: list[str], *, depth: int, see
     if id(value) in done:  # shared substructure: walked once, not once per path to it
         return
     if depth >= MAX_DEPTH:
-        raise ValueError(f"arguments are nested deeper than {MAX_DEPTH} levels")
+        raise InvalidArgument(f"arguments are nested deeper than {MAX_DEPTH} levels")
     if id(value) in seen:
-        raise ValueError("arguments contain a cycle")
+        raise InvalidArgument("arguments contain a cycle")
     seen.add(id(value))
     children: Iterable[Any]
     if isinstance(value, BaseModel):

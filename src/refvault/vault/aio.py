@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from refvault.model import Descriptor, Scope
-from refvault.vault.vault import AuditRecord, GcReport, Vault, VerifyReport
+from refvault.operations import CaptureOptions
+from refvault.vault.core import AuditRecord, GcReport, Vault, VerifyReport
+
+if TYPE_CHECKING:
+    from refvault.contract import EmbeddedHandle
 
 __all__ = ["AsyncVault"]
 
@@ -23,11 +27,15 @@ class AsyncVault:
     def __init__(self, vault: Vault) -> None:
         self.vault = vault
 
+    def embedded_vault(self) -> Vault:
+        """The synchronous vault this facade runs (for callers that use worker threads themselves)."""
+        return self.vault
+
     @classmethod
     async def open(cls, location: str | None = None, **options: Any) -> AsyncVault:
         return cls(await asyncio.to_thread(Vault.open, location, **options))
 
-    async def put(self, scope: Scope, data: object, **metadata: Any) -> Descriptor:
+    async def put(self, scope: Scope, data: object, **metadata: Unpack[CaptureOptions]) -> Descriptor:
         return await asyncio.to_thread(self.vault.put, scope, data, **metadata)
 
     def add_audit_sink(self, sink: Callable[[AuditRecord], None]) -> None:
@@ -71,3 +79,9 @@ class AsyncVault:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+if TYPE_CHECKING:  # mypy checks here that the facade is a handle on an embedded vault
+
+    def _is_handle(vault: AsyncVault) -> EmbeddedHandle:
+        return vault

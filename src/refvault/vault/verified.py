@@ -33,7 +33,7 @@ from dataclasses import replace
 
 from refvault.blobs.base import BlobKey, BlobReader, BlobStore
 from refvault.catalog.base import BlobRecord, Catalog
-from refvault.errors import IntegrityError, StorageError
+from refvault.errors import IntegrityError, InvalidArgument, StorageError
 
 __all__ = ["ArtifactStream", "VerifiedBlob"]
 
@@ -195,17 +195,17 @@ class ArtifactStream(io.RawIOBase):
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         bases = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._blob.size}
         if whence not in bases:
-            raise ValueError(f"invalid whence ({whence}); use 0, 1 or 2")
+            raise InvalidArgument(f"invalid whence ({whence}); use 0, 1 or 2")
         base = bases[whence]
         if base + offset < 0:
-            raise ValueError("negative seek position")
+            raise InvalidArgument("negative seek position")
         self._pos = base + offset
         return self._pos
 
     def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
         """Fill ``buffer`` as far as the artifact allows (short only at the end)."""
         if self.closed:
-            raise ValueError("I/O operation on closed stream")
+            raise InvalidArgument("I/O operation on closed stream")
         target = memoryview(buffer).cast("B")
         filled = 0
         while filled < len(target) and self._pos < self._blob.size:

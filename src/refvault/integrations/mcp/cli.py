@@ -7,7 +7,7 @@
 ``serve`` is for MCP hosts configured with a command: it serves the five
 model-facing read tools and ``refvault://`` resources of an existing store
 (it never creates one) in the one scope it was started with, over its
-stdin/stdout (tests: ``tests/test_mcp_serve.py``).
+stdin/stdout (tests: ``tests/integrations/test_mcp_serve.py``).
 
     refvault mcp proxy [OPTIONS] -- COMMAND [ARGS...]    upstream over stdio (a command to run)
     refvault mcp proxy [OPTIONS] --url http://HOST/mcp   upstream over streamable HTTP
@@ -41,7 +41,8 @@ from typing import Any, TypeVar
 
 import click
 
-from refvault._store_option import STORE_KEY, store_option
+from refvault.cli.options import STORE_KEY, store_option
+from refvault.limits import DEFAULT_OFFLOAD_TOKENS, DEFAULT_PREVIEW_CHARS, MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS
 
 __all__ = ["mcp"]
 
@@ -88,7 +89,7 @@ def serve(ctx: click.Context, tenant: str, user: str, session: str) -> None:
     artifacts are listed but their content is never served. SIGINT, SIGTERM and
     SIGHUP stop the server with exit status 0.
     """
-    from refvault.cli import BadInput, _opened
+    from refvault.cli.console import BadInput, opened
     from refvault.errors import InvalidArgument
     from refvault.model import Scope
 
@@ -98,7 +99,7 @@ def serve(ctx: click.Context, tenant: str, user: str, session: str) -> None:
         raise BadInput(str(exc), type(exc).__name__) from None
     gateway = _gateway_module()
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
-    with _opened(ctx) as vault:
+    with opened(ctx) as vault:
         import anyio
 
         server = gateway.ArtifactTools(vault).server(lambda _: scope)
@@ -111,7 +112,7 @@ def serve(ctx: click.Context, tenant: str, user: str, session: str) -> None:
 
 def _gateway_module() -> Any:
     """:mod:`refvault.integrations.mcp.gateway`, or a clear error naming the extra to install."""
-    from refvault.cli import CliError
+    from refvault.cli.console import CliError
 
     try:
         from refvault.integrations.mcp import gateway
@@ -141,14 +142,14 @@ def _gateway_module() -> Any:
 @click.option(
     "--offload-tokens",
     type=click.IntRange(min=1),
-    default=20_000,
+    default=DEFAULT_OFFLOAD_TOKENS,
     show_default=True,
     help="Text results estimated above this many tokens are stored and shown as a preview.",
 )
 @click.option(
     "--preview-chars",
-    type=click.IntRange(256, 200_000),
-    default=4_000,
+    type=click.IntRange(MIN_PREVIEW_CHARS, MAX_PREVIEW_CHARS),
+    default=DEFAULT_PREVIEW_CHARS,
     show_default=True,
     help="Bound on each preview of offloaded text.",
 )
@@ -201,7 +202,7 @@ def proxy(
     variable; --inherit-env passes it all. The proxy's own credentials and
     REFVAULT_* settings are not passed unless asked for.
     """
-    from refvault.cli import BadInput, CliError, open_store
+    from refvault.cli.console import BadInput, CliError, open_store
     from refvault.errors import InvalidArgument, RefvaultError
     from refvault.model import Scope
 
@@ -265,7 +266,7 @@ def _run(gateway: Any, vault: Any, scope: Any, upstream: Any, options: Any, sock
     """Run the proxy until the client disconnects (stdio) or a stop signal (SIGINT, SIGTERM) arrives."""
     import anyio
 
-    from refvault.cli import CliError
+    from refvault.cli.console import CliError
 
     served: list[str] = []
 

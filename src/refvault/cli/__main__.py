@@ -1,0 +1,5 @@
+"""``python -m refvault.cli``: the ``refvault`` command."""
+
+from refvault.cli.group import main
+
+main(prog_name="refvault")

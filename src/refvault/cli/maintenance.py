@@ -1,0 +1,224 @@
+"""``refvault verify``, ``gc`` and ``manifest-key``: check the store, collect unreferenced bytes, rotate its key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from refvault.cli.console import human_size, make_console, opened, plural, print_json, text
+from refvault.cli.options import json_option, main_store_option
+from refvault.model import pick
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from refvault.vault import GcReport, VerifyReport
+
+__all__ = ["gc", "manifest_key", "verify"]
+
+
+@click.command()
+@main_store_option
+@json_option
+@click.pass_context
+def verify(ctx: click.Context, as_json: bool) -> None:
+    """Check every manifest row's MAC and re-hash every blob; exit 1 on any problem.
+
+    Problems: a row that fails its MAC (manifest), a row whose blob key is in
+    another tenant's namespace (misplaced), a blob that is missing or corrupt.
+    """
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("verifying"), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn())
+    console = make_console(stderr=True)
+    # A bar only where someone watches: pipes and logs get no control codes or stray lines.
+    bar = Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
+    with opened(ctx) as vault, bar:
+        task = bar.add_task("verify", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        report = vault.verify(progress=progress)
+    if as_json:
+        print_json(_verify_dict(report))
+    else:
+        make_console().print(_verify_summary(report))
+    if not report.ok:
+        ctx.exit(1)
+
+
+def _verify_dict(report: VerifyReport) -> dict[str, Any]:
+    return {
+        **pick(report, ("ok", "blobs_checked", "bytes_checked", "artifacts", "unreferenced")),
+        "problems": [
+            {"kind": p.kind, "digest": p.digest, "detail": p.detail, "artifact_ids": list(p.artifact_ids)}
+            for p in report.problems
+        ],
+    }
+
+
+def _verify_summary(report: VerifyReport) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+
+    counts = (
+        f"{plural(report.blobs_checked, 'blob')} ({human_size(report.bytes_checked)}) checked for "
+        f"{plural(report.artifacts, 'artifact')}; {report.unreferenced:,} unreferenced"
+    )
+    if report.ok:
+        return text(f"ok: {counts}", "green")
+    table = Table(header_style="bold")
+    table.add_column("kind", style="red")
+    table.add_column("blob", no_wrap=True)
+    table.add_column("artifacts", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for p in report.problems:
+        table.add_row(text(p.kind), text(p.digest[:16]), text("\n".join(p.artifact_ids)), text(p.detail))
+    damaged = sum(p.kind in ("missing", "corrupt") for p in report.problems)
+    altered = len(report.problems) - damaged
+    found = [plural(damaged, "damaged blob")] if damaged else []
+    found += [plural(altered, "altered manifest row")] if altered else []
+    headline = text(f"{', '.join(found)}: {counts}", "bold red")
+    return Group(headline, table)
+
+
+# -- the manifest key ---------------------------------------------------------------
+
+
+@click.group(name="manifest-key", context_settings={"help_option_names": ["-h", "--help"]})
+def manifest_key() -> None:
+    """The key every manifest row is MAC'd with, kept outside the catalog.
+
+    \b
+    An embedded store keeps it in manifest-keys.json (0600) in the store directory.
+    A postgresql:// store reads it from $REFVAULT_MANIFEST_KEY_FILE (a file made by
+    'refvault manifest-key new') or $REFVAULT_MANIFEST_KEY (its text); every process
+    of the store must use the same one.
+    """
+
+
+@manifest_key.command("new")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@json_option
+def manifest_key_new(path: Path, as_json: bool) -> None:
+    """Create a key file (0600) for a scale-out store; refuses to overwrite one."""
+    from refvault.catalog.macs import ENV_KEY_FILE, ManifestKeys
+
+    keys = ManifestKeys.create_file(path)
+    if as_json:
+        print_json({"path": str(path), "key_id": keys.current_id})
+        return
+    make_console().print(
+        text(f"created {path} (key {keys.current_id}): set ${ENV_KEY_FILE}={path} for every process of the store")
+    )
+
+
+@manifest_key.command("show")
+@main_store_option
+@json_option
+@click.pass_context
+def manifest_key_show(ctx: click.Context, as_json: bool) -> None:
+    """Where the store's manifest key ring comes from, and its key ids (never a secret)."""
+    with opened(ctx) as vault:
+        keys = vault.catalog.manifest_keys
+        info = {
+            "source": keys.source,
+            "current": keys.current_id,
+            "retired": sorted(set(keys.key_ids) - {keys.current_id}),
+        }
+    if as_json:
+        print_json(info)
+        return
+    retired = ", ".join(info["retired"]) or "none"
+    make_console().print(text(f"{info['source']}: current key {info['current']}; retired: {retired}"))
+
+
+@manifest_key.command("rotate")
+@click.option("--drop-retired", is_flag=True, help="Then remove the retired keys (rows still MAC'd with one fail).")
+@main_store_option
+@json_option
+@click.pass_context
+def manifest_key_rotate(ctx: click.Context, drop_retired: bool, as_json: bool) -> None:
+    """Make a fresh key current and MAC every authentic row again with it.
+
+    Old keys keep verifying unless --drop-retired. Rows that fail their MAC are left
+    as they are (see 'refvault verify'); exit 1 if there are any, or if a retired key
+    could not be dropped because a row still uses it.
+    """
+    with opened(ctx) as vault:
+        done = vault.rotate_manifest_key(drop_retired=drop_retired)
+    dropped = None if done.dropped is None else list(done.dropped)
+    if as_json:
+        print_json({"key_id": done.key_id, "remacd": done.remacd, "failing": done.failing, "dropped": dropped})
+    else:
+        console = make_console()
+        console.print(text(f"current key {done.key_id}: {plural(done.remacd, 'row')} MAC'd again", "bold"))
+        if drop_retired:
+            console.print(
+                text(
+                    f"dropped: {', '.join(dropped) or 'none'}"
+                    if dropped is not None
+                    else "retired keys kept: a row still uses one (run again)"
+                )
+            )
+        if done.failing:
+            console.print(
+                text(f"{plural(done.failing, 'row')} fail their MAC and were left: run 'refvault verify'", "bold red")
+            )
+    if done.failing or dropped is None:
+        ctx.exit(1)
+
+
+@click.command()
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0, max=100 * 365 * 86400),
+    default=None,
+    metavar="SECONDS",
+    help="Keep unreferenced bytes younger than this (default: the vault's, 3600).",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would be removed; remove nothing.")
+@main_store_option
+@json_option
+@click.pass_context
+def gc(ctx: click.Context, grace: float | None, dry_run: bool, as_json: bool) -> None:
+    """Remove expired artifacts, then bytes and temporaries nothing references.
+
+    Exits 1 if any unreferenced blob could not be removed.
+    """
+    with opened(ctx) as vault:
+        report = vault.gc(grace=grace, dry_run=dry_run)
+    if as_json:
+        print_json(_gc_dict(report))
+    else:
+        make_console().print(_gc_summary(report))
+    if report.failures:
+        ctx.exit(1)
+
+
+def _gc_dict(report: GcReport) -> dict[str, Any]:
+    return {
+        "dry_run": report.dry_run,
+        "expired": list(report.expired),
+        "blobs_removed": report.blobs_removed,
+        "temporaries_removed": report.temporaries_removed,
+        "failures": report.failures,
+    }
+
+
+def _gc_summary(report: GcReport) -> RenderableType:
+    from rich.console import Group
+
+    verb = "would remove" if report.dry_run else "removed"
+    lines: list[RenderableType] = [
+        text(f"{verb} {plural(len(report.expired), 'expired artifact')}", "bold"),
+        *(text(f"  {artifact_id}") for artifact_id in report.expired),
+        text(f"{verb} {plural(report.blobs_removed, 'unreferenced blob')}"),
+        text(f"{verb} {plural(report.temporaries_removed, 'temporary', 'temporaries')}"),
+    ]
+    if report.failures:
+        lines.append(text(f"could not remove {plural(report.failures, 'blob')} (see permissions)", "bold red"))
+    return Group(*lines)

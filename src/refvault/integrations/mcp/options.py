@@ -1,0 +1,45 @@
+"""How the gateway treats results (:class:`GatewayOptions`): offload threshold, previews, limits, disclosure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from refvault.content import Limits
+from refvault.errors import InvalidArgument
+from refvault.limits import DEFAULT_OFFLOAD_TOKENS, DEFAULT_PREVIEW_CHARS, MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS
+from refvault.mcp_tools import MAX_RESOURCE_BYTES
+
+__all__ = ["GatewayOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayOptions:
+    """How the gateway treats results: offload threshold, preview size, limits, disclosure of binary parts.
+
+    ``limits.per_part`` and ``limits.per_result`` go to ``materialize``; ``limits.structured_content``
+    is the gateway's own bound on the ``structuredContent`` shown (over it, the value is offloaded).
+    """
+
+    offload_tokens: int = DEFAULT_OFFLOAD_TOKENS
+    preview_chars: int = DEFAULT_PREVIEW_CHARS
+    limits: Limits = field(default_factory=Limits)
+    binary_disclosure: Literal["model", "sealed"] = "sealed"
+    max_resource_bytes: int = MAX_RESOURCE_BYTES
+    server_name: str | None = None  # the upstream's name in provenance; None: what it reports about itself
+
+    def __post_init__(self) -> None:
+        if not _positive(self.offload_tokens):
+            raise InvalidArgument("offload_tokens must be a positive integer")
+        if not (_positive(self.preview_chars) and MIN_PREVIEW_CHARS <= self.preview_chars <= MAX_PREVIEW_CHARS):
+            raise InvalidArgument(
+                f"preview_chars must be an integer between {MIN_PREVIEW_CHARS} and {MAX_PREVIEW_CHARS:,}"
+            )
+        if self.binary_disclosure not in ("model", "sealed"):
+            raise InvalidArgument("binary_disclosure must be 'model' or 'sealed'")
+        if not _positive(self.max_resource_bytes):
+            raise InvalidArgument("max_resource_bytes must be a positive integer")
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
