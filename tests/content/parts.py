@@ -25,7 +25,7 @@ materialize_module = importlib.import_module("refvault.content.materialize")
 SCOPE = Scope("acme", "ana", "s1")
 OTHER = Scope("acme", "bob", "s1")
 PNG_HEAD = b"\x89PNG\r\n\x1a\n"
-RUNNER = "import sys; from refvault.integrations.mcp.cli import mcp; mcp(sys.argv[1:], prog_name='refvault mcp')"
+RUNNER = "import sys; from refvault.cli.mcp import mcp; mcp(sys.argv[1:], prog_name='refvault mcp')"
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------------

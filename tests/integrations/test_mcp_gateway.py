@@ -31,7 +31,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
 
 from refvault import Scope, Vault
-from refvault.integrations.mcp.cli import mcp as mcp_group
+from refvault.cli.mcp import mcp as mcp_group
 from refvault.integrations.mcp.gateway import Gateway, GatewayOptions, new_tool_call_id
 from refvault.read.previews import estimate_tokens
 from tests.media import load_example
@@ -55,7 +55,7 @@ UPSTREAM_TOOLS = {
 }
 SCOPE = Scope("acme", "ana", "s1")
 # Runs the `mcp` click group directly (independent of whether refvault.cli has attached it yet).
-RUNNER = "import sys; from refvault.integrations.mcp.cli import mcp; mcp(sys.argv[1:], prog_name='refvault mcp')"
+RUNNER = "import sys; from refvault.cli.mcp import mcp; mcp(sys.argv[1:], prog_name='refvault mcp')"
 STARTUP_TIMEOUT = 30.0
 
 
@@ -537,7 +537,7 @@ def test_the_main_cli_group_level_store_reaches_the_proxy(tmp_path: Path) -> Non
 
 def test_importing_refvault_and_the_cli_does_not_import_mcp() -> None:
     code = (
-        "import sys, refvault, refvault.integrations.mcp, refvault.integrations.mcp.cli; "
+        "import sys, refvault, refvault.integrations.mcp, refvault.cli.mcp; "
         "assert 'mcp' not in sys.modules, 'mcp imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -20,9 +20,9 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from refvault import Vault
+from refvault.cli.serve import serve as serve_command
 from refvault.keys import create_key
 from refvault.server.app import ALLOWED_HOSTS_ENVVAR, ALLOWED_ORIGINS_ENVVAR, app_from_env, create_app
-from refvault.server.cli import serve as serve_command
 from tests.servers import LiveServer, serve
 
 ATTACKER = "rebind.attacker.test"

@@ -55,8 +55,8 @@ Layout, bottom to top (a module imports only from those below it):
   (verify, gc, manifest-key), and the groups other packages define with the
   same helpers: ``demo`` (:mod:`refvault.demo.command`), ``eval``
   (:mod:`refvault.evaluation.command`), ``mcp``
-  (:mod:`refvault.integrations.mcp.cli`), ``serve`` and ``keys``
-  (:mod:`refvault.server.cli`);
+  (:mod:`refvault.cli.mcp`), ``serve`` and ``keys``
+  (:mod:`refvault.cli.serve`);
 * :mod:`refvault.cli.group`: the ``refvault`` group, which attaches them all.
 """
 

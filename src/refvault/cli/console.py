@@ -1,7 +1,7 @@
 """What every ``refvault`` command shares to talk to people: errors, the store, JSON and rich output.
 
 Below every command module: :mod:`refvault.cli`'s own commands, ``serve``/``keys``
-(:mod:`refvault.server.cli`), ``refvault mcp`` (:mod:`refvault.integrations.mcp.cli`), ``refvault demo``
+(:mod:`refvault.cli.serve`), ``refvault mcp`` (:mod:`refvault.cli.mcp`), ``refvault demo``
 (:mod:`refvault.demo`) and ``refvault eval`` (:mod:`refvault.evaluation`) import these helpers, and this module
 imports none of them. It loads click and refvault's small value modules; the vault and rich are imported when a
 helper that needs them runs.

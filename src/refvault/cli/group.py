@@ -17,14 +17,14 @@ from refvault import __version__
 from refvault.cli.artifacts import cat, list_artifacts, put, rm, show
 from refvault.cli.console import CliError, cli_error
 from refvault.cli.maintenance import gc, manifest_key, verify
+from refvault.cli.mcp import mcp as mcp_group
 from refvault.cli.options import ARGS_KEY, JSON_KEY, main_store_option
 from refvault.cli.reads import query_command, read_command
+from refvault.cli.serve import keys as keys_group
+from refvault.cli.serve import serve as serve_command
 from refvault.demo.command import demo
 from refvault.errors import RefvaultError
 from refvault.evaluation import eval_command
-from refvault.integrations.mcp.cli import mcp as mcp_group
-from refvault.server.cli import keys as keys_group
-from refvault.server.cli import serve as serve_command
 
 __all__ = ["main"]
 

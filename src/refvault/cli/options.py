@@ -1,7 +1,7 @@
 """The options every ``refvault`` command shares, and where their values are kept: click only.
 
 This is the lowest module of the CLI: :mod:`refvault.cli.console` and every command module above it, the
-``serve``/``keys`` commands (:mod:`refvault.server.cli`), ``refvault mcp`` (:mod:`refvault.integrations.mcp.cli`),
+``serve``/``keys`` commands (:mod:`refvault.cli.serve`), ``refvault mcp`` (:mod:`refvault.cli.mcp`),
 ``refvault demo`` and ``refvault eval`` take their options from here. It imports click and nothing of refvault.
 
 ``--store`` values go to ``ctx.meta[STORE_KEY]``, which a group's and its command's contexts share: given on

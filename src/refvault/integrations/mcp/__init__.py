@@ -1,7 +1,7 @@
 """refvault for the Model Context Protocol: ``refvault mcp proxy``, a gateway in front of any MCP server.
 
 The gateway lives in :mod:`refvault.integrations.mcp.gateway` (its invariants are
-stated there); the command line in :mod:`refvault.integrations.mcp.cli`. Both
+stated there); the command line in :mod:`refvault.cli.mcp`. Both
 need the optional ``mcp`` extra (the official MCP Python SDK), imported only
 when a name below is first used.
 """
