@@ -4,7 +4,7 @@ The demo runs once in-process on a kept store (the module fixture); the facts of
 its JSON and, independently, from the vault (the screenshot's bytes, the runbook's bytes, re-hashes). Then:
 once through the CLI in a subprocess (default temporary store, removed), with the guard's check disabled
 (step 5 must fail, exit 1), without the MCP SDK and without the example server (step 4 fails with a clear
-message). The scripted loop itself (:class:`refvault.demo.agent.ScriptedRun`) is tested on a small Toolbox.
+message). The scripted loop itself (:class:`refvault.scripted.ScriptedRun`) is tested on a small Toolbox.
 """
 
 from __future__ import annotations
