@@ -13,13 +13,16 @@ $(VENV)/bin/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 # The demo needs refvault and the MCP SDK (its screenshot step runs an MCP server behind the gateway);
-# tests, checks and benchmarks need the dev extra.
+# tests, checks and benchmarks need the dev extra. Both then compile the leak guard's kernels for this
+# machine (once, saying so; later runs load them from numba's cache), so no command pauses to compile.
 $(CORE): pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[mcp]'
+	$(BIN)/python -m refvault.guard.warm
 	touch $(CORE)
 
 $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m refvault.guard.warm
 	touch $(CORE) $(STAMP)
 
 demo: $(CORE)
@@ -31,6 +34,7 @@ check: $(STAMP)
 	$(BIN)/mypy src
 	$(BIN)/lint-imports --no-logo
 	$(BIN)/python -m refvault.devtools.ref_sites
+	$(BIN)/python -m refvault.devtools.tools_doc --check
 
 test: check
 	$(BIN)/python -m pytest
@@ -42,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/materialize.py
 	$(BIN)/python bench/guard.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/cli.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples

@@ -58,6 +58,7 @@ from harness import interleave, load_average, work_dir
 from refvault.errors import ContextLeak
 from refvault.guard import LeakGuard
 from refvault.guard import fingerprints as fp
+from refvault.guard import warm as warming
 from refvault.guard.requests import Leaf, walk
 
 MiB = 1 << 20
@@ -393,7 +394,7 @@ def transforms_and_pieces(
 
 def kernel_cost(keep: bool) -> tuple[float, float]:
     """Seconds to compile the kernels into an empty cache, then to load them from it (fresh processes)."""
-    code = "from refvault.guard import fingerprints as f; print(f.warm_up())"
+    code = "from refvault.guard.warm import warm; print(warm().seconds)"
     with work_dir("guard-numba", keep) as cache:
         env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
         cold = float(
@@ -426,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     missed: list[str] = []
 
     cold, warm = kernel_cost(args.keep)
-    first = fp.warm_up()
+    first = warming.warm().seconds
     print(
         f"\n1. kernels: compile into an empty cache {cold:.2f} s; load from the cache {warm:.2f} s "
         f"(this process, first call: {first:.2f} s)"

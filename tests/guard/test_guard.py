@@ -739,7 +739,11 @@ def test_check_raise_returns_clean_requests_unchanged(guard: LeakGuard, caplog: 
     assert all(isinstance(f, Finding) for f in caught.value.findings)
     (record,) = caplog.records
     assert record.name == "refvault.guard"
-    assert record.getMessage() == "llm.context_leak"
+    (finding,) = caught.value.findings
+    assert record.getMessage() == (
+        f"refvault guard: request blocked as intended: it carried protected artifact {finding.artifact_id}"
+        f" ({finding.site}); nothing was sent"
+    )
     assert record.event == "llm.context_leak"
     assert record.policy == "raise"
     assert record.findings == [f.to_dict() for f in caught.value.findings]  # type: ignore[attr-defined]

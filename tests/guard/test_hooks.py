@@ -29,7 +29,7 @@ import openai
 import pytest
 
 from refvault.errors import ContextLeak
-from refvault.guard import LeakGuard
+from refvault.guard import EVENT, LeakGuard
 from refvault.guard.hooks import GuardedSpanExporter, GuardedTransport, GuardSpanProcessor, LogRedactor
 from refvault.ids import new_artifact_id
 
@@ -423,7 +423,7 @@ def test_guard_events_are_logged_once(server: LoopbackServer, canary: str, caplo
     guard, _ = guard_for(canary)
     with caplog.at_level(logging.DEBUG, logger="refvault.guard"), pytest.raises(ContextLeak):
         call_sdk("anthropic", "sync", server, GuardedTransport(guard), canary, "system")
-    events = [r for r in caplog.records if r.name == "refvault.guard" and r.getMessage() == "llm.context_leak"]
+    events = [r for r in caplog.records if r.name == "refvault.guard" and getattr(r, "event", None) == EVENT]
     assert len(events) == 1
     assert not leaked(canary, caplog.text)
 

@@ -36,7 +36,7 @@ from refvault.read.previews import (
 
 SCOPE = Scope("acme", "ana", "s1")
 TEXT = "text/plain; charset=utf-8"
-ALWAYS = {"artifact_id", "media_type", "size", "disclosure", "kind", "covers", "omits", "complete", "read_more"}
+ALWAYS = {"artifact_id", "media_type", "size", "disclosure", "kind", "covers", "omits", "preview_partial", "read_more"}
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -65,7 +65,7 @@ def check_common(result: dict[str, Any], descriptor: Descriptor, max_chars: int)
     assert result["omits"]
     assert result["read_more"]
     assert descriptor.artifact_id in result["read_more"]
-    if result["complete"]:
+    if not result["preview_partial"]:
         assert result["omits"] == "nothing"
     else:
         assert result["omits"] != "nothing"
@@ -85,7 +85,7 @@ def test_text_head_and_tail_are_whole_lines_with_exact_positions(vault: Vault) -
     check_common(result, descriptor, 4000)
     assert result["kind"] == "text"
     assert result["lines"] == 5000
-    assert result["complete"] is False
+    assert result["preview_partial"] is True
     head, tail = result["head"], result["tail"]
     assert head.startswith("line 0: ")
     assert head.endswith("\n")
@@ -130,7 +130,7 @@ def test_small_text_is_shown_whole_and_complete(vault: Vault) -> None:
     descriptor = put(vault, data)
     result = preview(descriptor, data)
     check_common(result, descriptor, 4000)
-    assert result["complete"] is True
+    assert result["preview_partial"] is False
     assert result["head"] == "alpha\nbeta\ngamma"
     assert result["lines"] == 3
     assert result["head_lines"] == [0, 3]
@@ -141,7 +141,7 @@ def test_empty_text_artifact(vault: Vault) -> None:
     descriptor = put(vault, b"")
     result = preview(descriptor, b"")
     check_common(result, descriptor, 4000)
-    assert result["complete"] is True
+    assert result["preview_partial"] is False
     assert result["lines"] == 0
     assert result["head"] == ""
     assert "empty" in result["covers"]
@@ -219,7 +219,7 @@ def test_text_without_data_is_metadata_only(vault: Vault) -> None:
     result = preview(descriptor)
     check_common(result, descriptor, 4000)
     assert "words" not in json.dumps(result)
-    assert result["complete"] is False
+    assert result["preview_partial"] is True
 
 
 @FAST
@@ -241,10 +241,10 @@ def test_text_preview_properties(vault: Vault, body: str, raw: bytes, use_raw: b
         assert result["head"] == data[:head_end].decode("utf-8", "replace")
         tail_start = result["tail_bytes"][0]
         assert result["tail"] == data[tail_start:].decode("utf-8", "replace")
-        assert head_end <= tail_start or result["complete"]
-        assert result["complete"] == (head_end >= tail_start)
+        assert head_end <= tail_start or not result["preview_partial"]
+        assert result["preview_partial"] != (head_end >= tail_start)
     elif data:
-        assert result["complete"] is False
+        assert result["preview_partial"] is True
 
 
 # -- JSON ------------------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ def test_json_document_shape_and_sample(vault: Vault) -> None:
     sample = result["sample"]
     assert len(sample) > 500
     assert compact(document).startswith(sample)
-    assert result["complete"] is False
+    assert result["preview_partial"] is True
     assert f"first {len(sample)} characters" in result["covers"]
     assert "query_artifact(" not in result["read_more"]  # not an array of objects
 
@@ -290,7 +290,7 @@ def test_small_json_is_complete(vault: Vault) -> None:
     descriptor = put(vault, data, "application/json")
     result = preview(descriptor, data)
     check_common(result, descriptor, 4000)
-    assert result["complete"] is True
+    assert result["preview_partial"] is False
     assert json.loads(result["sample"]) == document
 
 
@@ -314,7 +314,7 @@ def test_deeply_nested_value_does_not_recurse(vault: Vault) -> None:
     result = preview(descriptor, value=root)
     check_common(result, descriptor, 4000)
     assert result["sample"].startswith("[[[[")
-    assert result["complete"] is False
+    assert result["preview_partial"] is True
     depth = 0
     shape = result["shape"]
     while isinstance(shape, dict) and "items" in shape:
@@ -458,7 +458,7 @@ def test_json_preview_properties(vault: Vault, document: object, max_chars: int,
     assert result["kind"] == "json"
     if "sample" in result:
         assert compact(document).startswith(result["sample"])
-        assert result["complete"] == (result["sample"] == compact(document))
+        assert result["preview_partial"] != (result["sample"] == compact(document))
 
 
 # -- records ---------------------------------------------------------------------------------------
@@ -505,7 +505,7 @@ def test_records_all_shown_is_complete(vault: Vault) -> None:
     descriptor = put(vault, b"x", "application/x-ndjson")
     result = preview(descriptor, records=summary(count=3, rows=3))
     check_common(result, descriptor, 4000)
-    assert result["complete"] is True
+    assert result["preview_partial"] is False
     assert len(result["first_rows"]) == 3
 
 
@@ -538,7 +538,7 @@ def test_binary_preview_has_no_content(vault: Vault) -> None:
     check_common(result, descriptor, 4000)
     assert set(result) == ALWAYS | {"capture_status"}
     assert result["kind"] == "binary"
-    assert result["complete"] is False
+    assert result["preview_partial"] is True
     rendered = json.dumps(result)
     assert "PNG" not in rendered
     assert base64.b64encode(data[:30]).decode()[:12] not in rendered
@@ -550,7 +550,7 @@ def test_empty_binary_is_complete(vault: Vault) -> None:
     descriptor = put(vault, b"", "application/octet-stream")
     result = preview(descriptor, b"")
     check_common(result, descriptor, 4000)
-    assert result["complete"] is True
+    assert result["preview_partial"] is False
 
 
 def test_sealed_artifacts_never_show_content(vault: Vault) -> None:
@@ -604,7 +604,7 @@ def test_metadata_alone_fits_the_slack_for_every_kind(vault: Vault) -> None:
     ]
     for result in cases:
         assert size_of(result) <= PREVIEW_SLACK
-        assert result["complete"] is False
+        assert result["preview_partial"] is True
 
 
 def test_argument_errors(vault: Vault) -> None:
@@ -633,7 +633,7 @@ def test_truncation_is_bounded_and_says_what_it_omits() -> None:
     assert size_of(result) <= 2000
     assert result["status"] == "not_captured"
     assert result["reason"] == "StorageError"
-    assert result["complete"] is False
+    assert result["preview_partial"] is True
     assert result["total_chars"] == 100_000
     assert result["text"] == "x" * result["shown_chars"]
     assert result["shown_chars"] > 1500
@@ -643,7 +643,7 @@ def test_truncation_is_bounded_and_says_what_it_omits() -> None:
 def test_truncation_reason_is_sanitised_and_small_text_is_complete() -> None:
     result = truncation("short", max_chars=2000, reason="Bad\nError<script>" + "y" * 500)
     assert result["reason"] == "BadErrorscript" + "y" * 66
-    assert result["complete"] is True
+    assert result["preview_partial"] is False
     assert result["text"] == "short"
     assert result["omits"] == "nothing"
 
@@ -653,7 +653,7 @@ def test_truncation_with_no_budget_shows_no_text_but_says_how_much() -> None:
     assert result["text"] == ""
     assert result["shown_chars"] == 0
     assert result["total_chars"] == 7000
-    assert result["complete"] is False
+    assert result["preview_partial"] is True
     assert size_of(result) <= TRUNCATION_SLACK
 
 
@@ -672,7 +672,7 @@ def test_truncation_properties(text: str, max_chars: int) -> None:
     assert text.startswith(result["text"])
     assert result["shown_chars"] == len(result["text"])
     assert result["total_chars"] == len(text)
-    assert result["complete"] == (result["text"] == text)
+    assert result["preview_partial"] != (result["text"] == text)
 
 
 # -- token estimate ----------------------------------------------------------------------------------

@@ -205,14 +205,14 @@ def test_offloaded_previews_show_a_placeholder_for_base64_never_the_base64(vault
     shown = asyncio.run(main())
     assert shown["report"]["head"].startswith(placeholder)  # it began with the image's base64
     assert shown["report"]["tail"].endswith(shapes.report_lines(400)[-200:])
-    assert shown["report"]["complete"] is False
+    assert shown["report"]["preview_partial"] is True
     assert "placeholders" in shown["report"]["covers"]
     assert f'"image":"{placeholder}"' in shown["document"]["sample"]
     assert shown["records"]["kind"] == "records"
     assert shown["records"]["first_rows"][0]["thumbnail"] == placeholder
     failed = truncation(f"data:image/png;base64,{encoded} and then", max_chars=2_000, reason="StorageError")
     assert failed["text"] == f"{placeholder} and then"
-    assert failed["complete"] is False
+    assert failed["preview_partial"] is True
     assert failed["placeholders"] == 1
     assert_never_received(BIG_PNG, *(json.dumps(each) for each in (*shown.values(), failed)))
 

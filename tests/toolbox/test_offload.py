@@ -113,7 +113,7 @@ def test_a_huge_string_is_captured_and_observed_as_a_preview(vault: Vault, scope
     assert shown["media_type"] == summary["media_type"] == "text/plain; charset=utf-8"
     assert shown["size"] == summary["size"] == len(text.encode())
     assert shown["disclosure"] == summary["disclosure"] == "model"
-    assert shown["complete"] is False
+    assert shown["preview_partial"] is True
     assert shown["capture_status"] == "complete"
     assert shown["covers"]
     assert shown["omits"]
@@ -200,7 +200,7 @@ def test_a_list_of_dicts_becomes_a_record_artifact_with_a_records_preview(
     assert list(shown["schema"]) == ["id", "name", "score", "ok"]
     assert 1 <= len(shown["first_rows"]) < 5_000
     assert shown["first_rows"] == rows[: len(shown["first_rows"])]
-    assert shown["complete"] is False
+    assert shown["preview_partial"] is True
     assert "query_artifact" in shown["read_more"]
     assert vault.read_bytes(scope, artifact_id) == compact(rows)
     # ...and query_artifact reads it.
@@ -243,7 +243,7 @@ def test_a_dict_result_gets_a_json_shape_preview(vault: Vault, scope: Scope, mod
     assert shape["fields"]["meta"]["type"] == "object"
     assert compact(document).decode().startswith(shown["sample"])
     assert shown["sample"].startswith('{"items":[{"id":0,')
-    assert shown["complete"] is False
+    assert shown["preview_partial"] is True
     assert "read_artifact" in shown["read_more"]
     assert vault.read_bytes(scope, shown["artifact_id"]) == compact(document)
 
@@ -405,7 +405,7 @@ def test_output_of_a_sealed_input_is_sealed_and_its_preview_shows_no_content(
     assert shown["disclosure"] == "sealed"
     assert vault.describe(scope, artifact_id).disclosure == "sealed"
     assert observation.artifacts[0]["disclosure"] == "sealed"
-    assert shown["complete"] is False
+    assert shown["preview_partial"] is True
     assert shown["covers"].startswith("type and size only")
     assert not {"head", "tail", "sample", "shape", "schema", "first_rows"} & set(shown)
     assert "Ref" in shown["read_more"]
@@ -454,7 +454,7 @@ def test_a_failed_capture_of_a_sealed_output_shows_nothing_of_it(
     monkeypatch.setattr(vault, "put", failing_put)
     observation = dispatch(box, mode, "expand", {"doc": sealed_doc}, scope=scope)
     shown = failed(observation)
-    assert shown["complete"] is False
+    assert shown["preview_partial"] is True
     assert shown["shown_chars"] == 0
     assert shown["reason"] == "StorageError"
     assert CANARY not in observation.content
@@ -506,7 +506,7 @@ def test_a_failed_capture_is_visible_bounded_and_marked_incomplete(
     shown = failed(observation)
     assert shown["status"] == "not_captured"
     assert shown["reason"] == "StorageError"
-    assert shown["complete"] is False
+    assert shown["preview_partial"] is True
     assert shown["total_chars"] == len(rendered)
     assert 0 < shown["shown_chars"] < len(rendered)
     assert shown["text"] == rendered[: shown["shown_chars"]]
@@ -553,7 +553,7 @@ def test_every_preview_is_bounded_by_preview_chars(vault: Vault, scope: Scope, k
     shown = offloaded(observation)
     assert len(observation.content) <= preview_bound(preview_chars)
     assert len(json.dumps(shown)) <= max(preview_chars, PREVIEW_SLACK)  # also with ASCII escapes
-    assert shown["complete"] is False
+    assert shown["preview_partial"] is True
     assert shown["covers"]
     assert shown["omits"] != "nothing"
 
@@ -568,7 +568,7 @@ def test_the_capture_failure_fallback_is_bounded(
     observation = box.call_sync("result", {}, scope=scope)
     shown = failed(observation)
     assert len(observation.content) <= max(preview_chars, TRUNCATION_SLACK) + FAILED_WRAPPER
-    assert shown["complete"] is False
+    assert shown["preview_partial"] is True
     assert RESULTS["cjk"].startswith(shown["text"])
 
 
@@ -599,7 +599,7 @@ def test_any_offloaded_result_is_stored_exactly_and_previewed_within_bounds(valu
     stored = vault.read_bytes(scope, shown["artifact_id"])
     assert stored == rendered.encode("utf-8", "surrogatepass")
     assert shown["size"] == len(stored)
-    if shown["complete"]:
+    if not shown["preview_partial"]:
         assert shown["omits"] == "nothing"
 
 

@@ -556,7 +556,7 @@ def test_load_several_artifacts_in_the_order_given(vault: Vault, scope: Scope, m
     by_id = {r["artifact_id"]: r for r in results}
     unknown = {"capture_status": "unknown", "omissions": []}  # captured without saying how complete
     assert by_id[picture] == {"artifact_id": picture, "status": "loaded", "kind": "image", **unknown}
-    assert by_id[text] == {"artifact_id": text, "status": "loaded", "kind": "text", "complete": True, **unknown}
+    assert by_id[text] == {"artifact_id": text, "status": "loaded", "kind": "text", "truncated": False, **unknown}
     assert by_id[NOT_AN_ID]["status"] == "error"
     assert by_id[NOT_AN_ID]["error"] == "InvalidId"
     assert "not-an-id" not in observation.content + json.dumps(observation.parts)
@@ -588,7 +588,7 @@ def test_load_truncates_large_text_and_says_how_to_continue(vault: Vault, scope:
     artifact_id = text_id(vault, scope, "".join(f"line {i} " + "y" * 90 + "\n" for i in range(2_000)))
     observation = dispatch(box, mode, "load_artifacts", {"artifact_ids": [artifact_id]}, scope=scope)
     (result,) = json.loads(observation.content)["results"]
-    assert result["complete"] is False
+    assert result["truncated"] is True
     (part,) = observation.parts
     assert "truncated, continue with read_artifact" in part["text"]
     assert len(part["text"]) <= 20_000 + 300

@@ -211,24 +211,42 @@ class _FileWriter:
 
 
 class FilesystemBlobStore:
-    """Blobs as read-only files under ``root`` (see the module docstring for the layout)."""
+    """Blobs as read-only files under ``root`` (see the module docstring for the layout).
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    ``read_only``: the store is opened as it is, on media that may be read-only: nothing is created,
+    synced or written (no directory, no temporary), and :meth:`writer` and :meth:`delete` raise
+    :class:`StorageError`. ``blobs/`` must exist; a missing ``tmp/`` holds no temporaries.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, read_only: bool = False) -> None:
         self.root = Path(root)
+        self.read_only = read_only
+        self._tmp_fd = -1
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not read_only:
+                self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             self._root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            self._blobs_fd, _ = _open_dir("blobs", self._root_fd, create=True)
-            self._tmp_fd, _ = _open_dir("tmp", self._root_fd, create=True)
-            _fsync(self._root_fd, "the store root")
+            self._blobs_fd, _ = _open_dir("blobs", self._root_fd, create=not read_only)
+            if not read_only:
+                self._tmp_fd, _ = _open_dir("tmp", self._root_fd, create=True)
+                _fsync(self._root_fd, "the store root")
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    self._tmp_fd, _ = _open_dir("tmp", self._root_fd, create=False)
         except OSError as exc:
+            self.close()
             raise _storage_error("opening the blob store", exc) from None
         # Namespaces whose directory entries this process has made durable itself.
         self._durable: set[str] = set()
 
+    def _writable(self, action: str) -> None:
+        if self.read_only:
+            raise StorageError(errno.EROFS, f"{action} failed: the store was opened read-only")
+
     # -- writing ---------------------------------------------------------------
 
     def writer(self) -> _FileWriter:
+        self._writable("creating a temporary file")
         return _FileWriter(self)
 
     def _namespace(self, namespace: str) -> int:
@@ -332,6 +350,7 @@ class FilesystemBlobStore:
         return None if st is None else time.time() - st.st_mtime
 
     def delete(self, key: BlobKey) -> None:
+        self._writable("deleting a blob")
         shard_fd = self._shard(key)
         if shard_fd is None:
             return
@@ -363,6 +382,10 @@ class FilesystemBlobStore:
         """Remove old temporaries no live writer holds (each writer keeps an flock on its own)."""
         cutoff = time.time() - older_than
         removed = 0
+        if self._tmp_fd < 0:  # a read-only store without tmp/
+            return 0
+        if not dry_run:
+            self._writable("removing a temporary")
         with os.scandir(self._tmp_fd) as entries:
             names = [e.name for e in entries if e.is_file(follow_symlinks=False)]
         for name in names:

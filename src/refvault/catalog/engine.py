@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +24,13 @@ class Compiled:
     row: Callable[..., Any]  # makes a row with attribute access from the driver's tuple
 
 
-def default_keys(target: sa.engine.URL) -> ManifestKeys:
+def default_keys(target: sa.engine.URL, *, create: bool = True) -> ManifestKeys:
+    """The manifest key ring a catalog at ``target`` uses by default; unless ``create``, none is written."""
     if target.get_backend_name() != "sqlite":
         return ManifestKeys.from_environment()
     if not target.database or target.database == ":memory:":
         return ManifestKeys.ephemeral()
-    return ManifestKeys.for_store(Path(target.database).parent / KEY_FILE)
+    return ManifestKeys.for_store(Path(target.database).parent / KEY_FILE, create=create)
 
 
 def checked_url(url: str | sa.engine.URL) -> sa.engine.URL:
@@ -49,6 +51,30 @@ def sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def sqlite_read_only_uri(path: Path) -> str | None:
+    """The URI a read-only catalog opens its SQLite file with: nothing is ever written or created.
+
+    Where the directory can be written, a plain read-only open (``mode=ro``) may still create SQLite's
+    ``-wal``/``-shm`` companions, so there the catalog opens the file as usual and refuses every write
+    itself (``PRAGMA query_only``, :func:`sqlite_connect_read_only`); this returns None. On read-only
+    media it is ``mode=ro``, and ``immutable=1`` when there is no ``-wal`` file (no writer has the
+    database open and none can, so SQLite needs no ``-shm`` to read it).
+    """
+    if os.access(path.parent, os.W_OK):
+        return None
+    immutable = "" if os.path.lexists(f"{path}-wal") else "&immutable=1"
+    return f"{path.absolute().as_uri()}?mode=ro{immutable}"
+
+
+def sqlite_connect_read_only(dbapi_connection: Any, _record: Any) -> None:
+    """A read-only catalog's connection: SQLite itself refuses every write (``query_only``)."""
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA query_only=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
 

@@ -189,12 +189,25 @@ class ManifestKeys:
         return cls(KeyRing.generate(now=datetime.now(UTC), grace=timedelta(0)))
 
     @classmethod
-    def for_store(cls, path: Path) -> ManifestKeys:
-        """The ring in the file ``path`` of an embedded store, created there (0600) if there is none."""
+    def for_store(cls, path: Path, *, create: bool = True) -> ManifestKeys:
+        """The ring in the file ``path`` of an embedded store, created there (0600) if there is none.
+
+        Without ``create`` (a store opened read-only) nothing is written: a missing file is a
+        :class:`StorageError`.
+        """
         from refvault.keyring import KeyRing
 
         path = Path(path)
         seen = _version(path)
+        if not create:
+            try:
+                ring = KeyRing.load(path, what=_WHAT)
+            except FileNotFoundError:
+                raise StorageError(
+                    f"the store has no manifest key file ({path.name}) and was opened read-only: "
+                    "open it once for writing (refvault migrate) to create one"
+                ) from None
+            return cls(ring, path=path, seen=seen, source=str(path))
         ring = KeyRing.load_or_create(path, now=datetime.now(UTC), grace=timedelta(0), what=_WHAT)
         return cls(ring, path=path, seen=seen, source=str(path))
 

@@ -1,6 +1,7 @@
 """Schema migrations as the catalog opens, and trust on upgrade: the open that adds the MAC columns MACs every row.
 
-:class:`~refvault.catalog.sql.SqlCatalog` runs :func:`migrate` in one write transaction, under the migration lock.
+:class:`~refvault.catalog.sql.SqlCatalog` runs :func:`migrate` in one write transaction, under the migration lock;
+a catalog opened read-only runs :func:`check_current` instead, which writes nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +13,21 @@ from refvault.catalog.rows import UNREADABLE, decode_derivation, decode_manifest
 from refvault.catalog.schema import MAC_MIGRATION, MIGRATIONS, artifacts, derivations, migrations
 from refvault.catalog.statements import ADOPT, ADOPT_DERIVATION, REMAC_BATCH
 from refvault.errors import StorageError
+
+
+def check_current(conn: sa.Connection) -> None:
+    """For a catalog opened read-only (nothing migrates): :class:`StorageError` unless its schema is this version's."""
+    if not sa.inspect(conn).has_table(migrations.name):
+        raise StorageError("the catalog holds no refvault tables")
+    applied = set(conn.scalars(sa.select(migrations.c.version)))
+    newest = max(version for version, _ in MIGRATIONS)
+    if applied and max(applied) > newest:
+        raise StorageError("the catalog was written by a newer refvault; upgrade refvault to open it")
+    if not {version for version, _ in MIGRATIONS} <= applied:
+        raise StorageError(
+            "the catalog was written by an older refvault and was opened read-only: "
+            "upgrade it once by opening it for writing (refvault migrate)"
+        )
 
 
 def migrate(conn: sa.Connection, keys: ManifestKeys) -> None:

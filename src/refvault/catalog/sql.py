@@ -34,6 +34,14 @@ replaces every connection of that age).
 Database failures surface as :class:`~refvault.errors.StorageError` naming the
 error class, never the SQL or its parameters.
 
+**Read-only** (``read_only=True``, what the CLI's reading commands use): nothing is written. No
+migration runs (a catalog of another schema version is refused), no key file is created, every
+method that writes raises :class:`~refvault.errors.StorageError` before touching the database, and
+SQLite itself refuses writes (``PRAGMA query_only``; on read-only media the file is opened
+``mode=ro``, ``immutable`` when no ``-wal`` exists: :func:`~refvault.catalog.engine.sqlite_read_only_uri`).
+Best-effort caches (chunk digests) are simply not recorded (``tests/catalog/test_read_only_catalog.py``,
+``tests/cli/test_read_only_store.py``).
+
 **Manifest MACs** (:mod:`refvault.catalog.macs`). Every artifact row is written with
 its MAC (:func:`~refvault.catalog.rows.artifact_row`) and checked where it is decoded (:meth:`SqlCatalog._manifest`,
 the one place rows become manifests), together with its blob namespace (the tenant's).
@@ -52,6 +60,7 @@ failures as ``StorageError``); this module is the :class:`SqlCatalog` that uses 
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -63,7 +72,6 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from refvault.blobs.base import BlobKey
 from refvault.catalog.base import (
@@ -75,10 +83,18 @@ from refvault.catalog.base import (
     Publication,
     replay_or_conflict,
 )
-from refvault.catalog.engine import Compiled, checked_url, default_keys, sqlite_begin, sqlite_connect
+from refvault.catalog.engine import (
+    Compiled,
+    checked_url,
+    default_keys,
+    sqlite_begin,
+    sqlite_connect,
+    sqlite_connect_read_only,
+    sqlite_read_only_uri,
+)
 from refvault.catalog.failures import describe, translated
 from refvault.catalog.macs import ManifestKeys, derivation_error, manifest_error, micros
-from refvault.catalog.migration import migrate
+from refvault.catalog.migration import check_current, migrate
 from refvault.catalog.rows import (
     UNREADABLE,
     api_key_of,
@@ -108,12 +124,13 @@ from refvault.catalog.statements import (
     REMAC_BATCH,
     SET_DERIVATION_MAC,
     SET_MAC,
-    UPSERT_BLOB,
     blob_lock,
+    dialect_insert,
     idempotency_lock,
     references,
     scope_match,
     scope_params,
+    upsert_blob,
 )
 from refvault.errors import IntegrityError, RefvaultError, StorageError
 from refvault.ids import namespace_of
@@ -132,13 +149,16 @@ class SqlCatalog:
     """A :class:`~refvault.catalog.Catalog` in a SQL database reached by a SQLAlchemy URL."""
 
     @classmethod
-    def for_file(cls, path: Path, *, manifest_keys: ManifestKeys | None = None) -> SqlCatalog:
+    def for_file(cls, path: Path, *, manifest_keys: ManifestKeys | None = None, read_only: bool = False) -> SqlCatalog:
         """The embedded catalog: a SQLite file, created private (0600), never through a symlink.
 
         Its manifest key ring is ``manifest-keys.json`` in the same directory unless ``manifest_keys`` is given.
+        ``read_only``: the file must exist, and nothing is created or written (see ``read_only`` of the
+        constructor and :func:`~refvault.catalog.engine.sqlite_read_only_uri`).
         """
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise StorageError(exc.errno or 0, f"cannot open the catalog file: {exc.strerror}") from None
         try:
@@ -146,7 +166,8 @@ class SqlCatalog:
                 raise StorageError("the catalog path is not a regular file")
         finally:
             os.close(fd)
-        return cls(sa.engine.URL.create("sqlite", database=str(path)), manifest_keys=manifest_keys)
+        url = sa.engine.URL.create("sqlite", database=str(path))
+        return cls(url, manifest_keys=manifest_keys, read_only=read_only)
 
     def __init__(
         self,
@@ -155,6 +176,7 @@ class SqlCatalog:
         pool_size: int = POOL_SIZE,
         max_overflow: int = POOL_OVERFLOW,
         manifest_keys: ManifestKeys | None = None,
+        read_only: bool = False,
     ) -> None:
         """Open (and migrate) the catalog at ``url``: ``sqlite:///path`` or ``postgresql://...``.
 
@@ -170,19 +192,32 @@ class SqlCatalog:
         SQLite database's is made afresh, and PostgreSQL's comes from
         ``$REFVAULT_MANIFEST_KEY_FILE`` or ``$REFVAULT_MANIFEST_KEY``
         (:meth:`ManifestKeys.from_environment`: :class:`StorageError` if neither is set).
+
+        ``read_only``: nothing is ever written. No migration runs (a catalog whose schema is not this
+        version's is refused, :func:`~refvault.catalog.migration.check_current`), no key file is
+        created, every method that writes raises :class:`StorageError`, and a SQLite database is
+        opened so that the database refuses writes too (read-only media included).
         """
         self._closed = False
+        self.read_only = read_only
         target = checked_url(url)
-        self.manifest_keys = manifest_keys if manifest_keys is not None else default_keys(target)
+        self.manifest_keys = manifest_keys if manifest_keys is not None else default_keys(target, create=not read_only)
         try:
             if target.get_backend_name() == "sqlite":
+                options: dict[str, Any] = {}
+                uri = sqlite_read_only_uri(Path(target.database or "")) if read_only and target.database else None
+                if uri is not None:
+                    import sqlite3
+
+                    options["creator"] = lambda: sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
                 self._engine = sa.create_engine(
                     target,
                     pool_size=pool_size,
                     max_overflow=max_overflow,
                     connect_args={"check_same_thread": False, "timeout": 30},
+                    **options,
                 )
-                sa.event.listen(self._engine, "connect", sqlite_connect)
+                sa.event.listen(self._engine, "connect", sqlite_connect_read_only if read_only else sqlite_connect)
                 sa.event.listen(self._engine, "begin", sqlite_begin)
             else:
                 self._engine = sa.create_engine(
@@ -198,11 +233,15 @@ class SqlCatalog:
         except sa.exc.SQLAlchemyError as exc:
             raise StorageError(f"cannot open the catalog: {type(exc).__name__}") from None
         self._postgres = self._engine.dialect.name == "postgresql"
-        self._upsert_blob = UPSERT_BLOB[self._engine.dialect.name]
+        self._upsert_blob = upsert_blob(self._engine.dialect.name)
         self._compiled: dict[int, Compiled] = {}
         self._compile_lock = threading.Lock()
         try:
-            self._migrate()
+            if read_only:
+                with self._read() as conn:
+                    check_current(conn)
+            else:
+                self._migrate()
         except sa.exc.SQLAlchemyError as exc:
             self._engine.dispose()
             raise StorageError(f"cannot open the catalog: {describe(exc)}") from None
@@ -213,6 +252,8 @@ class SqlCatalog:
     # -- plumbing ----------------------------------------------------------------
 
     def _write(self) -> sa.Connection:
+        if self.read_only:
+            raise StorageError(errno.EROFS, "the catalog was opened read-only")
         return self._read().execution_options(refvault_write=True)
 
     def _read(self) -> sa.Connection:
@@ -662,9 +703,9 @@ class SqlCatalog:
         row = {"name": name, "value": value, "updated_us": now_us()}
         with self._write() as conn, conn.begin():
             if expected is None:
-                dialect: Any = postgresql if self._postgres else sqlite
+                insert = dialect_insert(self._engine.dialect.name)
                 # RETURNING, not rowcount: psycopg reports no row count for an INSERT through SQLAlchemy.
-                created = dialect.insert(settings).values(**row).on_conflict_do_nothing().returning(settings.c.name)
+                created = insert(settings).values(**row).on_conflict_do_nothing().returning(settings.c.name)
                 return conn.execute(created).first() is not None
             result = conn.execute(
                 settings.update()

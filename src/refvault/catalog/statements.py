@@ -3,12 +3,13 @@ advisory lock ids (see :mod:`refvault.catalog.sql` for the locking protocol)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
 import json
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from refvault.blobs.base import BlobKey
 from refvault.catalog.schema import api_keys, artifacts, blobs, derivations
@@ -27,9 +28,22 @@ BLOB = sa.select(blobs).where(blobs.c.namespace == sa.bindparam("ns"), blobs.c.d
 FIND_API_KEY = sa.select(api_keys).where(api_keys.c.key_id == sa.bindparam("key_id"))
 
 
-def _upsert_blob(insert: Any) -> sa.Executable:
-    """A re-published blob has the same bytes: refresh its age, heal inline bytes, keep derived chunk digests."""
-    statement = insert(blobs)
+def dialect_insert(dialect: str) -> Any:
+    """``insert`` of the SQLAlchemy dialect ``dialect`` (with ``on_conflict_*``), imported on first use.
+
+    Only the dialect a catalog runs on is loaded: a SQLite store never imports PostgreSQL's.
+    """
+    name = "postgresql" if dialect == "postgresql" else "sqlite"
+    return importlib.import_module(f"sqlalchemy.dialects.{name}").insert
+
+
+@functools.cache
+def upsert_blob(dialect: str) -> sa.Executable:
+    """A re-published blob has the same bytes: refresh its age, heal inline bytes, keep derived chunk digests.
+
+    Built once per dialect (SQLAlchemy then reuses its compiled form).
+    """
+    statement = dialect_insert(dialect)(blobs)
     upsert: sa.Executable = statement.on_conflict_do_update(
         index_elements=[blobs.c.namespace, blobs.c.digest],
         set_={"touched_us": statement.excluded.touched_us, "inline_data": statement.excluded.inline_data},
@@ -37,7 +51,6 @@ def _upsert_blob(insert: Any) -> sa.Executable:
     return upsert
 
 
-UPSERT_BLOB = {"sqlite": _upsert_blob(sqlite.insert), "postgresql": _upsert_blob(postgresql.insert)}
 INSERT_ARTIFACT = artifacts.insert()
 RELEASE_KEY = (
     artifacts.update()

@@ -11,6 +11,7 @@
     refvault rm ID                          delete an artifact (its bytes go at the next gc)
     refvault verify                         re-hash every blob; exit 1 on any damage
     refvault gc [--grace S] [--dry-run]     remove expired artifacts and unreferenced bytes
+    refvault migrate                        create the store, or bring its catalog up to this version
     refvault mcp proxy [--url URL | -- CMD] serve an MCP server through refvault (binary results by reference)
     refvault mcp serve                      the read tools of a local store over stdio, for MCP hosts
     refvault serve [--host H --port P]      the HTTP API v1 and /mcp (refvault[server]; 127.0.0.1:8765)
@@ -26,8 +27,16 @@ Conventions:
   set and non-empty, else ``./.refvault``. ``serve`` and ``keys`` also take
   ``--catalog postgresql://… --blobs s3://bucket/prefix --s3-endpoint URL``
   (``$REFVAULT_CATALOG``, ``$REFVAULT_BLOBS``, ``$REFVAULT_S3_ENDPOINT``).
-* Only ``put`` (and ``demo --store``) create a store. The other commands exit 1
-  with ``no refvault store at PATH`` when the location holds no ``catalog.db``.
+* Only commands that write create a store: ``put``, ``migrate``, ``keys create``,
+  ``serve``, ``mcp proxy`` (and ``demo --store``); they say ``created a new store
+  at PATH`` on stderr. The others exit 1 with ``no refvault store at PATH`` when
+  the location holds no ``catalog.db`` (a mistyped ``--store`` creates nothing).
+* Commands that only read (``ls``, ``show``, ``cat``, ``read``, ``query``,
+  ``verify``, ``gc --dry-run``, ``keys list``, ``manifest-key show``) open the
+  store read-only: they write nothing (no migration, no key file; SQLite's own
+  ``-wal``/``-shm`` files come and go beside ``catalog.db``) and work on
+  read-only media. A catalog written by an older refvault is upgraded by the
+  first command that writes (``refvault migrate``).
 * ``--tenant/--user/--session`` (on put, show, cat, ls, rm) form the read
   scope; they default to ``$REFVAULT_TENANT`` etc., else ``local``.
 * ``--json`` on every command prints machine-readable output: descriptors as
@@ -37,13 +46,15 @@ Conventions:
   prints byte-for-byte the same from put, show and ls.
 * Errors print ``error: <message>`` on stderr and exit 2 for bad input
   (:class:`~refvault.errors.InvalidArgument` and usage errors), 1 for anything
-  else. With ``--json`` the error is also printed on stdout as
+  else (not found, damaged, no store); Ctrl-C (SIGINT) exits 130, and an
+  interrupted capture publishes nothing. With ``--json`` the error is also printed on stdout as
   ``{"error": {"type": "NotFound", "message": "..."}}``. Messages never
   contain artifact content.
 * Importing this package loads nothing: ``main`` and the helpers below are
   imported on first use. The commands load click and refvault's small value
   modules; the vault, its storage backends and rich are imported when a
-  command runs.
+  command runs, and ``demo``, ``eval``, ``mcp``, ``serve`` and ``keys`` only
+  when they are invoked (``refvault.cli.group.LAZY_COMMANDS``).
 
 Layout, bottom to top (a module imports only from those below it):
 

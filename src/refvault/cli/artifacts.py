@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import mimetypes
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -56,6 +55,8 @@ def _guess_media_type(filename: str) -> str:
     suffix = Path(filename).suffix.lower()
     if suffix in _EXTRA_MEDIA_TYPES:
         return _EXTRA_MEDIA_TYPES[suffix]
+    import mimetypes  # only put guesses: the other commands do not load the system's type tables
+
     guessed, encoding = mimetypes.guess_type(filename)
     if encoding is not None:
         return _ENCODING_MEDIA_TYPES.get(encoding, "application/octet-stream")
@@ -125,7 +126,12 @@ def _show_descriptor(descriptor: Descriptor, as_json: bool, *, title: str | None
 
 @click.command()
 @click.argument("source", metavar="FILE|-", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
-@click.option("--media-type", help="Media type (default: guessed from the file name, else application/octet-stream).")
+@click.option(
+    "--media-type",
+    help="Media type; always wins. Default: a specific type the file name gives (.png, .json, .jsonl, .csv, ...);"
+    " else detected from the first 64 KiB: JSON Lines, a JSON array of objects or CSV (queryable records),"
+    " other UTF-8 text (text/plain; charset=utf-8), a known binary format; else application/octet-stream.",
+)
 @click.option("--filename", help="Display file name to record (default: the FILE's base name; none for stdin).")
 @click.option(
     "--sealed",
@@ -161,10 +167,12 @@ def put(
     from_stdin = source == "-"
     if filename is None and not from_stdin:
         filename = Path(source).name
-    if media_type is None:
-        media_type = "application/octet-stream" if from_stdin else _guess_media_type(source)
+    hint = None if from_stdin else _guess_media_type(source)
     expires_at = None if expires_in is None else datetime.now(UTC) + expires_in
-    with _input(source) as data, opened(ctx, create=True) as vault:
+    with _input(source) as stream, opened(ctx, create=True) as vault:
+        data: IO[bytes] | Iterator[bytes] = stream
+        if media_type is None:
+            media_type, data = _detected(stream, hint)
         descriptor = vault.put(
             scope,
             data,
@@ -176,6 +184,28 @@ def put(
             idempotency_key=idempotency_key,
         )
     _show_descriptor(descriptor, as_json, title="captured")
+
+
+_PEEK = 1 << 20  # the first piece read from the input: its first 64 KiB are sniffed, then it is stored first
+
+
+def _detected(stream: IO[bytes], hint: str | None) -> tuple[str, Iterator[bytes]]:
+    """The media type of input with none given, and the input's bytes, unchanged and still streamed, to store.
+
+    Reads one bounded piece ahead (never the whole input); ``hint`` is the type
+    the file name suggests (see :func:`refvault.content.text_kind.detect_media_type`).
+    """
+    from refvault.content.text_kind import SNIFF_BYTES, detect_media_type
+
+    first = stream.read(_PEEK)
+    media_type = detect_media_type(first[:SNIFF_BYTES], complete=len(first) <= SNIFF_BYTES, hint=hint)
+
+    def pieces() -> Iterator[bytes]:
+        yield first
+        while piece := stream.read(_PEEK):
+            yield piece
+
+    return media_type, pieces()
 
 
 @contextmanager
@@ -201,7 +231,7 @@ def show(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: 
     """Print the descriptor of artifact ID."""
     scope = Scope(tenant, user, session)
     check_artifact_id(artifact_id)
-    with opened(ctx) as vault:
+    with opened(ctx, read_only=True) as vault:
         descriptor = vault.describe(scope, artifact_id)
     _show_descriptor(descriptor, as_json)
 
@@ -220,13 +250,15 @@ def cat(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: s
     the id, content hash, size and the bytes in base64; the whole artifact is
     verified first, so the output is either complete JSON or only the error.
 
-    Sealed artifacts are written too: the CLI is an operator tool. (Only
-    model-facing read tools refuse sealed artifacts.)
+    Sealed artifacts are written too: the CLI is an operator tool. 'refvault
+    read' is the model-facing selective read (what the read_artifact tool
+    gives a model): it refuses sealed artifacts, which a model may only use
+    by reference.
     """
     scope = Scope(tenant, user, session)
     check_artifact_id(artifact_id)
     out = sys.stdout.buffer
-    with opened(ctx) as vault:
+    with opened(ctx, read_only=True) as vault:
         descriptor = vault.describe(scope, artifact_id) if as_json else None
         with vault.stream(scope, artifact_id) as stream:
             if descriptor is None:
@@ -266,7 +298,7 @@ def _write_base64_json(out: IO[bytes], descriptor: Descriptor, chunks: Iterator[
 def list_artifacts(ctx: click.Context, tenant: str, user: str, session: str, as_json: bool) -> None:
     """List the scope's unexpired artifacts, newest first."""
     scope = Scope(tenant, user, session)
-    with opened(ctx) as vault:
+    with opened(ctx, read_only=True) as vault:
         descriptors = vault.list(scope)
     if as_json:
         print_json([descriptor_json(d) for d in descriptors])

@@ -10,7 +10,8 @@ helper that needs them runs.
   :class:`~refvault.errors.InvalidArgument`) exits 2; :func:`cli_error` picks one for a
   :class:`~refvault.errors.RefvaultError`.
 * :func:`open_store` opens a vault and names the store in its error; :func:`opened` is the command's store
-  (``--store``, else ``$REFVAULT_STORE``, else ``./.refvault``), which must exist unless ``create``.
+  (``--store``, else ``$REFVAULT_STORE``, else ``./.refvault``), which must exist unless ``create`` (then
+  ``created a new store at PATH`` goes to stderr); commands that only read open it ``read_only``.
 * :func:`print_json` prints the outermost object's fields in their defined order and sorts every nested
   dict's keys; :func:`descriptor_json` is ``Descriptor.to_dict()`` in that form.
 * :func:`make_console` is a rich console, wide off a terminal; :func:`text` is caller-supplied text shown
@@ -47,10 +48,13 @@ __all__ = [
     "error_message",
     "human_size",
     "make_console",
+    "is_new_store",
+    "no_store",
     "open_store",
     "opened",
     "plural",
     "print_json",
+    "read_only_media",
     "text",
 ]
 
@@ -98,25 +102,50 @@ def cli_error(exc: RefvaultError, prefix: str = "") -> CliError:
     return failure(prefix + error_message(exc), type(exc).__name__)
 
 
-def open_store(location: str | os.PathLike[str]) -> Vault:
+def open_store(location: str | os.PathLike[str], *, read_only: bool = False) -> Vault:
     """``Vault.open(location)``; a failure becomes a :class:`CliError` that names the store."""
     from refvault.vault import Vault
 
     try:
-        return Vault.open(location)
+        return Vault.open(location, read_only=read_only)
     except RefvaultError as exc:
         raise cli_error(exc, f"cannot open store {os.fspath(location)}: ") from None
 
 
-@contextmanager
-def opened(ctx: click.Context, *, create: bool = False) -> Iterator[Vault]:
-    """The command's vault. Unless ``create``, a location without a store is an error, not a new store."""
+def no_store(location: str) -> CliError:
+    """The error of a command that needs a store where there is none (exit 1, like "not found")."""
+    return CliError(
+        f"no refvault store at {location} (run 'refvault put' to create one, or pass --store)", "StoreNotFound"
+    )
+
+
+def is_new_store(location: str) -> bool:
+    """Whether ``location`` is an embedded store's directory that holds no store yet (a file is not)."""
+    return "://" not in location and not os.path.isfile(location) and not (Path(location) / "catalog.db").exists()
+
+
+def read_only_media(ctx: click.Context) -> bool:
+    """Whether the command's store is an embedded one this process cannot write (read-only media, permissions)."""
     location = store_location(ctx)
-    if not create and "://" not in location and not (Path(location) / "catalog.db").exists():
-        raise CliError(
-            f"no refvault store at {location} (run 'refvault put' to create one, or pass --store)", "StoreNotFound"
-        )
-    with open_store(location) as vault:
+    return "://" not in location and os.path.isdir(location) and not os.access(location, os.W_OK)
+
+
+@contextmanager
+def opened(ctx: click.Context, *, create: bool = False, read_only: bool = False) -> Iterator[Vault]:
+    """The command's vault.
+
+    Unless ``create``, a location without a store is an error (:func:`no_store`), not a new store; with
+    ``create``, a new store is made and ``created a new store at PATH`` goes to stderr. ``read_only``
+    (for the commands that only read) opens the store without writing anything: it works on read-only
+    media and leaves the store's files as they were.
+    """
+    location = store_location(ctx)
+    new = is_new_store(location)
+    if new and not create:
+        raise no_store(location)
+    with open_store(location, read_only=read_only) as vault:
+        if new:
+            click.echo(f"created a new store at {location}", err=True)
         yield vault
 
 

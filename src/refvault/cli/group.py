@@ -1,12 +1,18 @@
 """The ``refvault`` command group: its error handling, and every command attached to it.
 
 The top of the CLI: it imports the command modules (:mod:`refvault.cli.artifacts`, :mod:`refvault.cli.reads`,
-:mod:`refvault.cli.maintenance`, ``refvault demo``, ``refvault eval``, ``refvault mcp``, ``refvault serve`` and
-``refvault keys``); none of them imports it back.
+:mod:`refvault.cli.maintenance`); none of them imports it back. The commands that do not touch one
+artifact (``refvault demo``, ``refvault eval``, ``refvault mcp``, ``refvault serve``, ``refvault keys``) are
+named in :data:`LAZY_COMMANDS` and imported only when invoked (or listed by ``--help``), so a command such as
+``refvault show`` loads neither the demo nor the MCP commands.
+
+Exit codes: 0 success; 1 a refvault error (not found, damaged, no store, ...); 2 bad input or usage;
+130 interrupted (Ctrl-C, SIGINT), after which nothing half-done is published.
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 from typing import Any
@@ -16,17 +22,23 @@ import click
 from refvault import __version__
 from refvault.cli.artifacts import cat, list_artifacts, put, rm, show
 from refvault.cli.console import CliError, cli_error
-from refvault.cli.maintenance import gc, manifest_key, verify
-from refvault.cli.mcp import mcp as mcp_group
+from refvault.cli.maintenance import gc, manifest_key, migrate, verify
 from refvault.cli.options import ARGS_KEY, JSON_KEY, main_store_option
 from refvault.cli.reads import query_command, read_command
-from refvault.cli.serve import keys as keys_group
-from refvault.cli.serve import serve as serve_command
-from refvault.demo.command import demo
 from refvault.errors import RefvaultError
-from refvault.evaluation import eval_command
 
-__all__ = ["main"]
+__all__ = ["LAZY_COMMANDS", "SIGINT_EXIT", "main"]
+
+SIGINT_EXIT = 130  # 128 + SIGINT, as shells report a command interrupted by Ctrl-C
+
+# name -> (module, attribute): commands imported when first used.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("refvault.demo.command", "demo"),
+    "eval": ("refvault.evaluation.command", "eval_command"),
+    "mcp": ("refvault.cli.mcp", "mcp"),
+    "serve": ("refvault.cli.serve", "serve"),
+    "keys": ("refvault.cli.serve", "keys"),
+}
 
 
 def _wants_json(ctx: click.Context) -> bool:
@@ -53,7 +65,17 @@ def _report_json_error(ctx: click.Context, exc: click.ClickException) -> None:
 
 
 class _Group(click.Group):
-    """Turns every :class:`RefvaultError` into a :class:`CliError`; reports errors as JSON under ``--json``."""
+    """Turns every :class:`RefvaultError` into a :class:`CliError`; reports errors as JSON under ``--json``;
+    exits :data:`SIGINT_EXIT` on Ctrl-C; imports the :data:`LAZY_COMMANDS` when they are asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            module, attribute = LAZY_COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta[ARGS_KEY] = tuple(args)
@@ -69,6 +91,10 @@ class _Group(click.Group):
                 return super().invoke(ctx)
             except RefvaultError as exc:
                 raise cli_error(exc) from None
+            except KeyboardInterrupt:
+                # click would print "Aborted!" and exit 1, the code of "not found": say what happened instead.
+                click.echo("\ninterrupted: an unfinished capture is not published", err=True)
+                raise click.exceptions.Exit(SIGINT_EXIT) from None
         except click.ClickException as exc:
             _report_json_error(ctx, exc)
             raise
@@ -87,21 +113,5 @@ def main() -> None:
     """
 
 
-for _command in (
-    put,
-    show,
-    cat,
-    read_command,
-    query_command,
-    list_artifacts,
-    rm,
-    verify,
-    gc,
-    demo,
-    eval_command,
-    mcp_group,
-    serve_command,
-    keys_group,
-    manifest_key,
-):
+for _command in (put, show, cat, read_command, query_command, list_artifacts, rm, verify, gc, migrate, manifest_key):
     main.add_command(_command)

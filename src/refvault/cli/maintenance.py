@@ -1,22 +1,26 @@
-"""``refvault verify``, ``gc`` and ``manifest-key``: check the store, collect unreferenced bytes, rotate its key."""
+"""``refvault verify``, ``gc``, ``migrate`` and ``manifest-key``: check the store, collect unreferenced bytes,
+bring its catalog up to date, rotate its key."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from refvault.cli.console import human_size, make_console, opened, plural, print_json, text
-from refvault.cli.options import json_option, main_store_option
-from refvault.model import pick
+from refvault.cli.console import human_size, is_new_store, make_console, opened, plural, print_json, text
+from refvault.cli.options import json_option, main_store_option, store_location
+from refvault.model import format_time, pick
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from refvault.vault import GcReport, VerifyReport
 
-__all__ = ["gc", "manifest_key", "verify"]
+__all__ = ["gc", "manifest_key", "migrate", "verify"]
 
 
 @click.command()
@@ -29,18 +33,7 @@ def verify(ctx: click.Context, as_json: bool) -> None:
     Problems: a row that fails its MAC (manifest), a row whose blob key is in
     another tenant's namespace (misplaced), a blob that is missing or corrupt.
     """
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = (TextColumn("verifying"), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn())
-    console = make_console(stderr=True)
-    # A bar only where someone watches: pipes and logs get no control codes or stray lines.
-    bar = Progress(*columns, console=console, transient=True, disable=not console.is_terminal)
-    with opened(ctx) as vault, bar:
-        task = bar.add_task("verify", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
+    with opened(ctx, read_only=True) as vault, _progress_bar() as progress:
         report = vault.verify(progress=progress)
     if as_json:
         print_json(_verify_dict(report))
@@ -50,9 +43,33 @@ def verify(ctx: click.Context, as_json: bool) -> None:
         ctx.exit(1)
 
 
+@contextmanager
+def _progress_bar() -> Iterator[Callable[[int, int], None] | None]:
+    """A progress callback drawing a bar on stderr where someone watches (a terminal), else None.
+
+    Pipes and logs get no control codes or stray lines, and do not load rich's progress machinery.
+    """
+    console = make_console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("verifying"), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("verify", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield progress
+
+
 def _verify_dict(report: VerifyReport) -> dict[str, Any]:
     return {
-        **pick(report, ("ok", "blobs_checked", "bytes_checked", "artifacts", "unreferenced")),
+        **pick(report, ("ok", "blobs_checked", "bytes_checked", "artifacts", "unreferenced", "unreferenced_in_grace")),
+        "grace_seconds": report.grace,
+        "collectable_after": None if report.collectable_after is None else format_time(report.collectable_after),
         "problems": [
             {"kind": p.kind, "digest": p.digest, "detail": p.detail, "artifact_ids": list(p.artifact_ids)}
             for p in report.problems
@@ -66,7 +83,7 @@ def _verify_summary(report: VerifyReport) -> RenderableType:
 
     counts = (
         f"{plural(report.blobs_checked, 'blob')} ({human_size(report.bytes_checked)}) checked for "
-        f"{plural(report.artifacts, 'artifact')}; {report.unreferenced:,} unreferenced"
+        f"{plural(report.artifacts, 'artifact')}; {_unreferenced(report)}"
     )
     if report.ok:
         return text(f"ok: {counts}", "green")
@@ -83,6 +100,34 @@ def _verify_summary(report: VerifyReport) -> RenderableType:
     found += [plural(altered, "altered manifest row")] if altered else []
     headline = text(f"{', '.join(found)}: {counts}", "bold red")
     return Group(headline, table)
+
+
+def grace_text(seconds: float) -> str:
+    """``1 h``, ``90 min``, ``30 s``, ``2 d``: a grace period for people."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)} {unit}"
+    return f"{seconds:g} s"
+
+
+def _unreferenced(report: VerifyReport) -> str:
+    """The unreferenced blobs, and when gc removes them (it keeps those younger than its grace period)."""
+    total, young = report.unreferenced, report.unreferenced_in_grace
+    if not total:
+        return "0 unreferenced"
+    blobs = plural(total, "unreferenced blob")
+    if not young:
+        return f"{blobs} (gc removes {'it' if total == 1 else 'them'})"
+    # young > 0, so verify found when the youngest passes the grace period
+    when = "" if report.collectable_after is None else f" after {_clock(report.collectable_after)}"
+    grace = f"younger than gc's {grace_text(report.grace)} grace period"
+    if young == total:
+        return f"{blobs} ({grace}: gc removes {'it' if total == 1 else 'them'}{when})"
+    return f"{blobs} (gc removes {total - young:,} now; {young:,} {grace}: removable{when})"
+
+
+def _clock(moment: datetime) -> str:
+    return format_time(moment)[:19].replace("T", " ") + "Z"
 
 
 # -- the manifest key ---------------------------------------------------------------
@@ -122,7 +167,7 @@ def manifest_key_new(path: Path, as_json: bool) -> None:
 @click.pass_context
 def manifest_key_show(ctx: click.Context, as_json: bool) -> None:
     """Where the store's manifest key ring comes from, and its key ids (never a secret)."""
-    with opened(ctx) as vault:
+    with opened(ctx, read_only=True) as vault:
         keys = vault.catalog.manifest_keys
         info = {
             "source": keys.source,
@@ -178,7 +223,7 @@ def manifest_key_rotate(ctx: click.Context, drop_retired: bool, as_json: bool) -
     type=click.FloatRange(min=0, max=100 * 365 * 86400),
     default=None,
     metavar="SECONDS",
-    help="Keep unreferenced bytes younger than this (default: the vault's, 3600).",
+    help="Keep unreferenced bytes younger than this (default: the vault's grace period, 3600 = 1 h).",
 )
 @click.option("--dry-run", is_flag=True, help="Report what would be removed; remove nothing.")
 @main_store_option
@@ -189,7 +234,7 @@ def gc(ctx: click.Context, grace: float | None, dry_run: bool, as_json: bool) ->
 
     Exits 1 if any unreferenced blob could not be removed.
     """
-    with opened(ctx) as vault:
+    with opened(ctx, read_only=dry_run) as vault:
         report = vault.gc(grace=grace, dry_run=dry_run)
     if as_json:
         print_json(_gc_dict(report))
@@ -206,6 +251,8 @@ def _gc_dict(report: GcReport) -> dict[str, Any]:
         "blobs_removed": report.blobs_removed,
         "temporaries_removed": report.temporaries_removed,
         "failures": report.failures,
+        "blobs_kept": report.blobs_kept,
+        "grace_seconds": report.grace,
     }
 
 
@@ -219,6 +266,39 @@ def _gc_summary(report: GcReport) -> RenderableType:
         text(f"{verb} {plural(report.blobs_removed, 'unreferenced blob')}"),
         text(f"{verb} {plural(report.temporaries_removed, 'temporary', 'temporaries')}"),
     ]
+    if report.blobs_kept:
+        kept = "kept" if not report.dry_run else "would keep"
+        lines.append(
+            text(
+                f"{kept} {plural(report.blobs_kept, 'unreferenced blob')} within the {grace_text(report.grace)} grace "
+                f"period (a gc after that removes {'it' if report.blobs_kept == 1 else 'them'}; --grace SECONDS sets "
+                "the period)"
+            )
+        )
     if report.failures:
         lines.append(text(f"could not remove {plural(report.failures, 'blob')} (see permissions)", "bold red"))
     return Group(*lines)
+
+
+@click.command()
+@main_store_option
+@json_option
+@click.pass_context
+def migrate(ctx: click.Context, as_json: bool) -> None:
+    """Bring the store's catalog up to this refvault's schema (creating the store if there is none).
+
+    Every command that writes does this as it opens the store; the commands that
+    only read (ls, show, cat, read, verify, ...) never write, and refuse a catalog
+    written by an older refvault until it has been migrated.
+    """
+    from refvault.catalog.schema import MIGRATIONS
+
+    location = store_location(ctx)
+    created = is_new_store(location)
+    with opened(ctx, create=True):
+        pass
+    version = max(number for number, _ in MIGRATIONS)
+    if as_json:
+        print_json({"store": location, "created": created, "schema_version": version})
+    else:
+        make_console().print(text(f"{location}: catalog at schema version {version} (this refvault's)"))

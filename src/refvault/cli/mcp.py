@@ -89,7 +89,7 @@ def serve(ctx: click.Context, tenant: str, user: str, session: str) -> None:
     artifacts are listed but their content is never served. SIGINT, SIGTERM and
     SIGHUP stop the server with exit status 0.
     """
-    from refvault.cli.console import BadInput, opened
+    from refvault.cli.console import BadInput, opened, read_only_media
     from refvault.errors import InvalidArgument
     from refvault.model import Scope
 
@@ -99,7 +99,7 @@ def serve(ctx: click.Context, tenant: str, user: str, session: str) -> None:
         raise BadInput(str(exc), type(exc).__name__) from None
     gateway = _gateway_module()
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
-    with opened(ctx) as vault:
+    with opened(ctx, read_only=read_only_media(ctx)) as vault:  # its reads only write caches where they can
         import anyio
 
         server = gateway.ArtifactTools(vault).server(lambda _: scope)
@@ -202,7 +202,7 @@ def proxy(
     variable; --inherit-env passes it all. The proxy's own credentials and
     REFVAULT_* settings are not passed unless asked for.
     """
-    from refvault.cli.console import BadInput, CliError, open_store
+    from refvault.cli.console import BadInput, CliError, is_new_store, open_store
     from refvault.errors import InvalidArgument, RefvaultError
     from refvault.model import Scope
 
@@ -236,8 +236,11 @@ def proxy(
             raise CliError(f"cannot listen on 127.0.0.1:{http_port}: {exc.strerror or exc}", "AddressInUse") from None
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(levelname)s: %(message)s")
     location = ctx.meta.get(STORE_KEY) or os.environ.get("REFVAULT_STORE") or "./.refvault"
+    new = is_new_store(location)
     try:
         with open_store(location) as vault:
+            if new:
+                click.echo(f"created a new store at {location}", err=True)
             _run(gateway, vault, scope, upstream, options, sock)
     except RefvaultError as exc:
         raise CliError(str(exc), type(exc).__name__) from None

@@ -106,19 +106,24 @@ def _vault(
     s3_endpoint: str | None,
     *,
     create: bool = True,
+    read_only: bool = False,
 ) -> Iterator[Vault]:
-    """The chosen store. Unless ``create``, a directory without a store is an error, not a new store."""
-    from refvault.cli.console import CliError, open_store
+    """The chosen store. Unless ``create``, a directory without a store is an error, not a new store; a new one is
+    announced on stderr (``created a new store at PATH``). ``read_only``: opened without writing anything."""
+    from refvault.cli.console import CliError, is_new_store, open_store
     from refvault.vault import Vault
 
     description = _select_store(ctx, catalog, blobs, s3_endpoint)
     if os.environ.get("REFVAULT_CATALOG"):
-        with Vault.open() as vault:
+        with Vault.open(read_only=read_only) as vault:
             yield vault
         return
-    if not create and not os.path.exists(os.path.join(description, "catalog.db")):
+    new = is_new_store(description)
+    if new and not create:
         raise CliError(f"no refvault store at {description} (pass --store, or create a key first)", "StoreNotFound")
-    with open_store(description) as vault:
+    with open_store(description, read_only=read_only) as vault:
+        if new:
+            click.echo(f"created a new store at {description}", err=True)
         yield vault
 
 
@@ -357,7 +362,7 @@ def list_command(
     """List keys, oldest first (never their tokens)."""
     from refvault.keys import list_keys
 
-    with _vault(ctx, catalog, blobs, s3_endpoint, create=False) as vault:
+    with _vault(ctx, catalog, blobs, s3_endpoint, create=False, read_only=True) as vault:
         found = list_keys(vault, tenant)
     if as_json:
         click.echo(json.dumps([_key_dict(key) for key in found], indent=2))

@@ -42,7 +42,9 @@ def demo(ctx: click.Context, as_json: bool) -> None:
     if any step's check fails.
     """
     from refvault.demo import run_demo
+    from refvault.guard.warm import warm
 
+    warm()  # the guard's kernels: compiled here, saying so, if this machine has not yet (not mid-transcript)
     code = run_demo(explicit_store(ctx), as_json, open_vault=open_store)
     if code:
         ctx.exit(code)

@@ -48,7 +48,9 @@ def eval_command(ctx: click.Context, seed: int | None, trials: int | None, as_js
     from refvault.cli.console import cli_error, make_console
     from refvault.errors import RefvaultError
     from refvault.evaluation.run import DEFAULT_SEED, DEFAULT_TRIALS, run_eval
+    from refvault.guard.warm import warm
 
+    warm()  # the guard's kernels: compiled here, saying so, if this machine has not yet (the run captures logs)
     store: str | None = ctx.meta.get(STORE_KEY)
     try:
         report = run_eval(

@@ -7,7 +7,7 @@ the model saw, and goes to the ``model_request`` sink. The scripted model takes 
 (the ``list_artifacts`` result, a capture's descriptor), never from Python variables.
 
 Each attempt runs in a fresh session (a new Toolbox and guard), so what one attempt taught the guard cannot
-stop another. The host does what the README asks of a host: its log handler carries a ``LogRedactor`` of the
+stop another. The host does what docs/security.md asks of a host: its log handler carries a ``LogRedactor`` of the
 session's guard; for the attempt whose tool reads a sealed artifact around the Ref mechanism, it protects the
 session's sealed artifacts first (``protect_scope``).
 """

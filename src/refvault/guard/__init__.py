@@ -56,7 +56,9 @@ Size arm (the peer's check, kept): tool output, tool-call arguments and data pay
 Policies: ``raise`` (default) raises ``ContextLeak``; ``redact`` returns a deep copy with each
     protected span replaced by ``[refvault:<artifact_id>]`` (a binary payload as a whole; an
     oversized payload by ``[refvault:omitted N bytes]``), re-scanned before it is returned. Both
-    log ``llm.context_leak`` on the ``refvault.guard`` logger.
+    log one WARNING line on the ``refvault.guard`` logger (``refvault guard: request blocked as intended:
+    it carried protected artifact art_... (site); nothing was sent``: ids and sites only), with the fields
+    ``event`` (``llm.context_leak``), ``findings`` and ``policy`` for log pipelines.
 Thread-safe: ``protect`` may run while other threads scan; a scan sees a consistent snapshot.
 
 The hooks (:class:`GuardedTransport`, :class:`LogRedactor`, :class:`GuardSpanProcessor`,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from refvault.guard.arrays import I64, U8
+from refvault.guard.compiling import kernel
 
 __all__ = ["base64_runs"]
 
@@ -16,7 +16,7 @@ _BASE64_CLASS[10] = _BASE64_CLASS[13] = 2
 _BASE64_CLASS[32] = _BASE64_CLASS[9] = 3
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def _indent(buf: U8, lo: int, i: int, classes: U8) -> int:  # pragma: no cover - compiled
     """Where the blank stretch holding ``buf[i]`` starts if it holds a line break (an indented line), else -1."""
     j = i
@@ -27,7 +27,7 @@ def _indent(buf: U8, lo: int, i: int, classes: U8) -> int:  # pragma: no cover -
     return j if newline or classes[buf[i]] == 2 else -1
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def _base64_runs(buf: U8, starts: I64, min_len: int, classes: U8) -> I64:  # pragma: no cover - compiled
     """(start, end) pairs, flattened, of runs of base64 characters >= min_len characters.
 
@@ -84,9 +84,10 @@ def _base64_runs(buf: U8, starts: I64, min_len: int, classes: U8) -> I64:  # pra
                 chars += classes[buf[j]] == 1
             if chars < min_len:
                 continue
-            if n + 2 > out.size:
+            if n + 2 > out.size:  # a loop, not a slice assignment: see refvault.guard.kernels
                 grown = np.empty(out.size * 2, np.int64)
-                grown[:n] = out[:n]
+                for j in range(n):
+                    grown[j] = out[j]
                 out = grown
             out[n] = begin
             out[n + 1] = end

@@ -3,10 +3,11 @@ the :func:`marker` a redacted span becomes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-__all__ = ["EVENT", "Finding", "Policy", "marker"]
+__all__ = ["EVENT", "Finding", "Policy", "event_line", "marker"]
 
 Policy = Literal["raise", "redact"]
 EVENT: Final = "llm.context_leak"
@@ -33,3 +34,36 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {"site": self.site, "artifact_id": self.artifact_id, "matched": self.matched, "arm": self.arm}
+
+
+_SHOWN_ARTIFACTS = 5
+_SHOWN_SITES = 3
+
+
+def event_line(findings: Sequence[Finding], policy: Policy) -> str:
+    """The one human line the guard logs (at WARNING, with :data:`EVENT` and the findings as fields).
+
+    It names artifact ids, sites and sizes only, never content: ``refvault guard: request blocked as
+    intended: it carried protected artifact art_... (messages[3].content); nothing was sent``.
+    """
+    by_artifact: dict[str, list[str]] = {}
+    extra: list[str] = []
+    for f in findings:
+        if f.artifact_id is None:
+            extra.append(f"a {f.matched:,}-byte payload over the guard's size limit ({f.site})")
+        else:
+            by_artifact.setdefault(f.artifact_id, []).append(f.site)
+    parts = []
+    for artifact_id, sites in list(by_artifact.items())[:_SHOWN_ARTIFACTS]:
+        shown = ", ".join(sites[:_SHOWN_SITES]) + (
+            f", +{len(sites) - _SHOWN_SITES} more" if len(sites) > _SHOWN_SITES else ""
+        )
+        parts.append(f"{artifact_id} ({shown})")
+    if len(by_artifact) > _SHOWN_ARTIFACTS:
+        parts.append(f"+{len(by_artifact) - _SHOWN_ARTIFACTS} more artifacts")
+    what = "; ".join(
+        ([f"protected artifact{'s' if len(by_artifact) > 1 else ''} " + ", ".join(parts)] if parts else []) + extra
+    )
+    if policy == "redact":
+        return f"refvault guard: request redacted as intended: {what} replaced by markers before it was sent"
+    return f"refvault guard: request blocked as intended: it carried {what}; nothing was sent"

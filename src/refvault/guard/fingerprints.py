@@ -73,9 +73,10 @@ The piece arm uses a second index with short k-grams (16 bytes), a ``budget``
 and ``unique`` lookups (a fingerprint held more than once names no one place,
 so it does not count).
 
-Kernels are compiled by numba (``cache=True``: the first use in a fresh
-environment compiles them once, about 8 s on a 2-core machine; later processes
-load the cache in about 0.6 s) and release the GIL, so scans from several
+Kernels are compiled by numba (``cache=True``: the first use on a machine compiles
+the kernels it reaches, once, and says so; later processes load them from the cache;
+``python -m refvault.guard.warm`` compiles them all ahead of time; see
+:mod:`refvault.guard.compiling`) and release the GIL, so scans from several
 threads run in parallel. They live in :mod:`refvault.guard.kernels`; the fold in
 :mod:`refvault.guard.folding`; the finder of base64-looking runs in :mod:`refvault.guard.base64_scan`.
 """
@@ -88,7 +89,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-import numba
 import numpy as np
 
 from refvault.errors import InvalidArgument
@@ -100,11 +100,14 @@ from refvault.guard.kernels import (
     SEPARATOR,
     bucket_directory,
     chains,
+    diagonal_order,
     filter_add,
     lookup,
     merge_runs,
     sorted_run,
     through_hot,
+    typed_append,
+    typed_list,
     winnow,
 )
 
@@ -193,14 +196,22 @@ class _Snapshot:
         typed = self._typed
         if typed is None:
             typed = (
-                numba.typed.List([s.keys for s in self.segments]),
-                numba.typed.List([s.low for s in self.segments]),
-                numba.typed.List([s.directory for s in self.segments]),
-                numba.typed.List([s.filter for s in self.segments]),
+                _typed([s.keys for s in self.segments]),
+                _typed([s.low for s in self.segments]),
+                _typed([s.directory for s in self.segments]),
+                _typed([s.filter for s in self.segments]),
                 np.array([(s.bits, s.filter_bits) for s in self.segments], np.int64).reshape(-1, 2),
             )
             self._typed = typed  # a race builds it twice, harmlessly
         return typed
+
+
+def _typed(arrays: list[Any]) -> Any:
+    """The arrays (at least one) as a numba typed list."""
+    items = typed_list(arrays[0])
+    for array in arrays[1:]:
+        typed_append(items, array)
+    return items
 
 
 class Match(NamedTuple):
@@ -412,8 +423,9 @@ class FingerprintIndex:
             query, coord = through_hot(
                 seg_keys, seg_low, hot, found.positions, found.hashes, query, coord, p.k + p.w, _HOT_ROUNDS
             )
+        where = found.positions[query]
         rows = chains(
-            buf, starts, found.positions[query], coord, snap.bases, snap.lengths, p.k, p.w, p.min_match
+            buf, starts, where, coord, diagonal_order(where, coord), snap.bases, snap.lengths, p.k, p.w, p.min_match
         ).reshape(-1, 7)
         return [
             Match(int(piece), snap.owners[int(owner)], int(start), int(end), int(last + p.k - first), int(at))
@@ -453,17 +465,3 @@ class FingerprintIndex:
     @property
     def segment_count(self) -> int:
         return len(self._settled().segments)
-
-
-def warm_up() -> float:
-    """Compile (or load from the cache) every kernel; return the seconds it took."""
-    import time
-
-    began = time.perf_counter()
-    index = FingerprintIndex(Params.for_min_match(64))
-    data = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes()
-    index.add([("warm", data)])
-    buf = np.frombuffer(data[100:1100], np.uint8)
-    index.match(buf, np.array([0, buf.size], np.int64))
-    base64_runs(buf, np.array([0, buf.size], np.int64), 86)
-    return time.perf_counter() - began

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Final
 
-import numba
 import numpy as np
 
 from refvault.guard.arrays import I64, U8
+from refvault.guard.compiling import kernel
 
 __all__ = ["FOLD", "FOLD_RUN", "fold"]
 
@@ -26,7 +26,7 @@ well-formed UTF-8 sequences). Random binary holds such runs about once in 10**6 
 matched as it is; a text excerpt of 16 bytes or more is one such run wherever it is copied."""
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def _fold(buf: U8, starts: I64, table: U8, min_run: int) -> U8:  # pragma: no cover - compiled
     """``buf`` with ``table`` applied to the bytes of text runs of at least ``min_run`` bytes (per piece)."""
     out = buf.copy()

@@ -17,7 +17,7 @@ import numpy as np
 
 from refvault.errors import ContextLeak, InvalidArgument, InvalidType
 from refvault.guard.base64_scan import base64_runs
-from refvault.guard.findings import EVENT, Finding, Policy, marker
+from refvault.guard.findings import EVENT, Finding, Policy, event_line, marker
 from refvault.guard.fingerprints import MIN_MATCH_RANGE, FingerprintIndex, Match, Params
 from refvault.guard.folding import fold
 from refvault.guard.payloads import base64_payloads, hex_payloads, payload_digest
@@ -521,7 +521,7 @@ class LeakGuard:
 
     def _log(self, findings: Sequence[Finding]) -> None:
         _LOGGER.warning(
-            EVENT,
+            event_line(findings, self.policy),
             extra={"event": EVENT, "findings": [f.to_dict() for f in findings], "policy": self.policy},
         )
 

@@ -103,7 +103,7 @@ from typing import TYPE_CHECKING, Any, Final, Self, cast
 
 from refvault.errors import ContextLeak, InvalidType
 from refvault.guard.contract import resolve_guard, resolve_redactor
-from refvault.guard.guard import EVENT
+from refvault.guard.findings import EVENT, event_line
 
 if TYPE_CHECKING:
     import httpx2
@@ -335,7 +335,7 @@ class GuardedTransport(_SyncTransportBase, _AsyncTransportBase):
         findings = [f for f in self.guard.scan(raw) if f.arm != "size"]
         if findings:
             _GUARD_LOGGER.warning(
-                EVENT,
+                event_line(findings, "raise"),  # refused under either policy: bytes cannot be redacted in place
                 extra={"event": EVENT, "findings": [f.to_dict() for f in findings], "policy": self.guard.policy},
             )
             raise _leak_for(request, ContextLeak(findings))

@@ -2,7 +2,14 @@
 directory, the Bloom filters, the lookup (hot fingerprints followed by coordinate), chains and their extent.
 
 See :mod:`refvault.guard.fingerprints` for the scheme and its guarantee. Compiled by numba with
-``cache=True`` and ``nogil=True``.
+``cache=True`` and ``nogil=True`` (:func:`refvault.guard.compiling.kernel`), on first use: a request compiles
+only the kernels it reaches.
+
+What keeps compiling cheap (measured with an empty ``NUMBA_CACHE_DIR``): no array slice assignment inside a
+kernel (``a[i:j] = b`` makes numba compile its shape-mismatch error message, about 1.5 s, once per process;
+loops and :func:`_grown` instead), and no numba ``argsort``/``unique`` (seconds each to compile; numpy does
+them between kernel calls: :func:`diagonal_order`, :func:`through_hot`). ``inline="always"`` on the small helpers
+costs nothing measurable either way, in compile time or in scan speed.
 """
 
 from __future__ import annotations
@@ -13,17 +20,21 @@ import numba
 import numpy as np
 
 from refvault.guard.arrays import I64, U8, U32, U64
+from refvault.guard.compiling import kernel
 
 __all__ = [
     "PERIOD",
     "SEPARATOR",
     "bucket_directory",
     "chains",
+    "diagonal_order",
     "filter_add",
     "lookup",
     "merge_runs",
     "sorted_run",
     "through_hot",
+    "typed_append",
+    "typed_list",
     "winnow",
 ]
 
@@ -34,7 +45,31 @@ SEPARATOR: Final = 32
 _DUPLICATES_PER_QUERY: Final = 64
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel()
+def _grown(a: I64, n: int) -> I64:  # pragma: no cover - compiled
+    """A new array twice the size of ``a``, starting with ``a[:n]`` (a loop: see the module docstring)."""
+    out = np.empty(2 * a.size, np.int64)
+    for i in range(n):
+        out[i] = a[i]
+    return out
+
+
+@kernel()
+def typed_list(first: Any) -> Any:  # pragma: no cover - compiled
+    """A numba typed list holding ``first`` (built by a cached kernel: ``numba.typed.List`` compiles its own
+    helpers in every process, about 0.4 s)."""
+    items = numba.typed.List()
+    items.append(first)
+    return items
+
+
+@kernel()
+def typed_append(items: Any, item: Any) -> None:  # pragma: no cover - compiled
+    """Append ``item`` to a list made by :func:`typed_list`."""
+    items.append(item)
+
+
+@kernel(inline="always")
 def _fmix64(x: np.uint64) -> np.uint64:  # pragma: no cover - compiled
     x ^= x >> np.uint64(33)
     x *= np.uint64(0xFF51AFD7ED558CCD)
@@ -44,7 +79,7 @@ def _fmix64(x: np.uint64) -> np.uint64:  # pragma: no cover - compiled
     return x
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def winnow(
     buf: U8, starts: I64, k: int, w: int, base: np.uint64, key: np.uint64, out_pos: I64, out_hash: U64
 ) -> int:  # pragma: no cover - compiled
@@ -124,7 +159,7 @@ def winnow(
     return count
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def sorted_run(hashes: U64, coords: I64, first_shift: int) -> tuple[U64, U32]:  # pragma: no cover - compiled
     """Entries ``(hash >> 32) << 32 | coord``, sorted (LSD radix sort, 11 bits a pass, from bit ``first_shift``:
     0 sorts by the whole entry, 32 by the hash only), with the hashes' low halves in the same order."""
@@ -154,7 +189,7 @@ def sorted_run(hashes: U64, coords: I64, first_shift: int) -> tuple[U64, U32]:  
     return keys, low
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def merge_runs(a_keys: U64, a_low: U32, b_keys: U64, b_low: U32) -> tuple[U64, U32]:  # pragma: no cover - compiled
     """Merge two sorted runs."""
     n = a_keys.size + b_keys.size
@@ -174,7 +209,7 @@ def merge_runs(a_keys: U64, a_low: U32, b_keys: U64, b_low: U32) -> tuple[U64, U
     return keys, low
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def bucket_directory(keys: U64, bits: int) -> U32:  # pragma: no cover - compiled
     """``d[b]`` = first entry whose top ``bits`` bits are >= b (``d`` has ``2**bits + 1`` items)."""
     buckets = 1 << bits
@@ -192,7 +227,7 @@ def bucket_directory(keys: U64, bits: int) -> U32:  # pragma: no cover - compile
     return d
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _filter_word_bits(hv: np.uint64, word_bits: int) -> tuple[np.uint64, np.uint64]:  # pragma: no cover
     """A blocked Bloom filter: one 64-bit word per hash, two bits in it (from bits independent of the word's)."""
     word = (hv & np.uint64(0xFFFFFFFF)) >> np.uint64(32 - word_bits)
@@ -202,7 +237,7 @@ def _filter_word_bits(hv: np.uint64, word_bits: int) -> tuple[np.uint64, np.uint
     return word, pattern
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _segment_filter_word_bits(hv: np.uint64, word_bits: int) -> tuple[np.uint64, np.uint64]:  # pragma: no cover
     """The same for a segment's own filter, from other bits (its misses are independent of the first's)."""
     word = hv & ((np.uint64(1) << np.uint64(word_bits)) - np.uint64(1))
@@ -212,7 +247,7 @@ def _segment_filter_word_bits(hv: np.uint64, word_bits: int) -> tuple[np.uint64,
     return word, pattern
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def filter_add(words: U64, word_bits: int, keys: U64, low: U32, own: bool) -> None:  # pragma: no cover
     """Add entries to the filter of all entries (``own`` False) or to a segment's own filter."""
     for i in range(low.size):
@@ -224,7 +259,7 @@ def filter_add(words: U64, word_bits: int, keys: U64, low: U32, own: bool) -> No
         words[word] |= pattern
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(inline="always")
 def _lower_bound(keys: U64, lo: Any, hi: Any, target: np.uint64) -> Any:  # pragma: no cover - compiled
     while lo < hi:
         mid = (lo + hi) >> 1
@@ -235,7 +270,7 @@ def _lower_bound(keys: U64, lo: Any, hi: Any, target: np.uint64) -> Any:  # prag
     return lo
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def lookup(
     words: U64,
     word_bits: int,
@@ -294,22 +329,19 @@ def lookup(
                 while end < b1 and keys[end] >> np.uint64(32) == hi:
                     end += 1
                 if n_hot + 4 > hot.size:
-                    grown = np.empty(hot.size * 2, np.int64)
-                    grown[:n_hot] = hot[:n_hot]
-                    hot = grown
-                hot[n_hot : n_hot + 4] = (q, s, first, end)
+                    hot = _grown(hot, n_hot)
+                hot[n_hot] = q
+                hot[n_hot + 1] = s
+                hot[n_hot + 2] = first
+                hot[n_hot + 3] = end
                 n_hot += 4
             found = 0
             for i in range(first, end):
                 if low[i] != lo:
                     continue
                 if n == out_q.size:
-                    grown_q = np.empty(n * 2, np.int64)
-                    grown_c = np.empty(n * 2, np.int64)
-                    grown_q[:n] = out_q
-                    grown_c[:n] = out_c
-                    out_q = grown_q
-                    out_c = grown_c
+                    out_q = _grown(out_q, n)
+                    out_c = _grown(out_c, n)
                 out_q[n] = q
                 out_c[n] = np.int64(keys[i] & np.uint64(0xFFFFFFFF))
                 n += 1
@@ -319,7 +351,7 @@ def lookup(
     return out_q[:n], out_c[:n], hot[:n_hot]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def _targeted(
     seg_keys: Any, seg_low: Any, hot: I64, positions: I64, hashes: U64, where: I64, coord: I64, reach: int
 ) -> tuple[I64, I64]:  # pragma: no cover - compiled
@@ -354,12 +386,8 @@ def _targeted(
             while i < run_hi and keys[i] == (top | np.uint64(x)):
                 if low[i] == lo:
                     if n == out_q.size:
-                        grown_q = np.empty(n * 2, np.int64)
-                        grown_c = np.empty(n * 2, np.int64)
-                        grown_q[:n] = out_q
-                        grown_c[:n] = out_c
-                        out_q = grown_q
-                        out_c = grown_c
+                        out_q = _grown(out_q, n)
+                        out_c = _grown(out_c, n)
                     out_q[n] = q
                     out_c[n] = x
                     n += 1
@@ -368,7 +396,6 @@ def _targeted(
     return out_q[:n], out_c[:n]
 
 
-@numba.njit(cache=True, nogil=True)
 def through_hot(
     seg_keys: Any,
     seg_low: Any,
@@ -379,8 +406,11 @@ def through_hot(
     coord: I64,
     reach: int,
     rounds: int,
-) -> tuple[I64, I64]:  # pragma: no cover - compiled
-    """The hits plus those :func:`_targeted` finds, repeated while it finds new ones (at most ``rounds``)."""
+) -> tuple[I64, I64]:
+    """The hits plus those :func:`_targeted` finds, repeated while it finds new ones (at most ``rounds``).
+
+    Sorting and de-duplicating are numpy's, between kernel calls (see the module docstring).
+    """
     for _ in range(rounds):
         where = positions[query]
         order = np.argsort(where)
@@ -397,22 +427,34 @@ def through_hot(
     return query, coord
 
 
-@numba.njit(cache=True, nogil=True)
+def diagonal_order(where: I64, coord: I64) -> I64:
+    """The order :func:`chains` takes: hits sorted by diagonal (request position - coordinate), then position,
+    so that a chain's hits are adjacent."""
+    return np.argsort(((where - coord + (np.int64(1) << 32)) << np.int64(30)) | where)
+
+
+@kernel()
 def chains(
-    buf: U8, starts: I64, where: I64, coord: I64, bases: I64, lengths: I64, k: int, w: int, min_match: int
+    buf: U8,
+    starts: I64,
+    where: I64,
+    coord: I64,
+    order: I64,
+    bases: I64,
+    lengths: I64,
+    k: int,
+    w: int,
+    min_match: int,
 ) -> I64:  # pragma: no cover - compiled
     """Chains of hits whose extent reaches ``min_match``, as rows (piece, artifact, start, end, first, last, coord).
 
-    ``coord`` is the protected coordinate of the first hit (``first`` in the request).
+    Hit i is at request position ``where[i]`` and protected coordinate ``coord[i]``; ``order`` is
+    :func:`diagonal_order` of them. A row's ``coord`` is the protected coordinate of its first hit (``first`` in
+    the request).
 
     A chain: hits in one piece, of one artifact, on one diagonal, each at most ``k`` after the previous.
     """
     n = where.size
-    order_key = np.empty(n, np.int64)
-    for i in range(n):
-        # Sorted by diagonal (request position - coordinate), then position, a chain's hits are adjacent.
-        order_key[i] = ((where[i] - coord[i] + (np.int64(1) << 32)) << np.int64(30)) | where[i]
-    order = np.argsort(order_key)
     out = np.empty(7 * n, np.int64)
     rows = 0
     t = 0
@@ -438,7 +480,14 @@ def chains(
         start = max(start, origin)
         end = min(end, origin + lengths[owner])
         if end - start >= min_match:
-            out[7 * rows : 7 * rows + 7] = (piece, owner, start, end, first, last, first - diag)
+            row = 7 * rows
+            out[row] = piece
+            out[row + 1] = owner
+            out[row + 2] = start
+            out[row + 3] = end
+            out[row + 4] = first
+            out[row + 5] = last
+            out[row + 6] = first - diag
             rows += 1
     # A short chain (fewer than min_match verified bytes) inside a long one is explained by it (boilerplate
     # shared with another artifact, or repeated in the same one): drop it.
@@ -457,12 +506,13 @@ def chains(
     kept = 0
     for a in range(rows):
         if keep[a]:
-            out[7 * kept : 7 * kept + 7] = out[7 * a : 7 * a + 7]
+            for j in range(7):
+                out[7 * kept + j] = out[7 * a + j]
             kept += 1
     return out[: 7 * kept]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel()
 def _extent(buf: U8, lo: int, hi: int, first: int, last: int, k: int, w: int) -> tuple[int, int]:  # pragma: no cover
     """An upper bound ``[start, end)`` of the verbatim span around a chain (see the module docstring)."""
     span = k - PERIOD  # a k-gram at q is periodic iff buf[j] == buf[j + PERIOD] for j in [q, q + span)

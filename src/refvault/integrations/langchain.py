@@ -70,14 +70,21 @@ with; ``run_id`` is the LangChain run id of the tool call (pass
 Protect every sealed artifact of a session up front with
 ``box.guard.protect_scope(vault, scope)``: the guard then stops them even if no
 tool has read them yet.
+
+An intended block is logged once, by the guard (``refvault guard: request blocked as intended ...`` on the
+``refvault.guard`` logger): LangChain's own ``Error in LeakGuardCallback...`` warning, which it logs for any
+exception a callback raises, is dropped for a :class:`~refvault.errors.ContextLeak` (and only for it)
+(``test_intended_block_is_logged_once_without_a_callback_error`` in ``tests/integrations/test_langchain_guard.py``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
+from refvault.errors import ContextLeak
 from refvault.guard.contract import GuardHolder, RequestChecker, refuse_leaks, resolve_guard
 from refvault.integrations.adapter import tool_schemas
 from refvault.model import Scope
@@ -166,6 +173,28 @@ def _block(part: Mapping[str, Any]) -> dict[str, Any]:
     return {"type": "text", "text": str(part.get("text", ""))}
 
 
+_CALLBACK_ERROR = "Error in %s.%s callback: %s"  # what langchain_core.callbacks.manager logs for a raising handler
+_GUARD_HANDLERS: set[str] = set()  # class names of the LeakGuardCallback (sub)classes in use
+
+
+class _IntendedBlocks(logging.Filter):
+    """Drops LangChain's warning about a LeakGuardCallback raising ContextLeak: the block is intended and the
+    guard has logged it already. Every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (
+            record.msg == _CALLBACK_ERROR
+            and isinstance(args, tuple)
+            and len(args) == 3
+            and args[0] in _GUARD_HANDLERS
+            and str(args[2]).startswith(f"{ContextLeak.__name__}(")
+        )
+
+
+_INTENDED_BLOCKS = _IntendedBlocks()
+
+
 class LeakGuardCallback(BaseCallbackHandler):
     """Checks every chat model request (and plain LLM prompt) with a leak guard before it is sent.
 
@@ -183,6 +212,9 @@ class LeakGuardCallback(BaseCallbackHandler):
 
     def __init__(self, guard: RequestChecker | GuardHolder | None) -> None:
         self.guard = resolve_guard(guard)
+        _GUARD_HANDLERS.add(type(self).__name__)
+        # Added once: addFilter skips a filter that is already there.
+        logging.getLogger("langchain_core.callbacks.manager").addFilter(_INTENDED_BLOCKS)
 
     def on_chat_model_start(
         self,

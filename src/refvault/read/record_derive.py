@@ -244,16 +244,21 @@ def _check_names(cur: duckdb.DuckDBPyConnection, fmt: str, source: Path, detecte
         )
 
 
+DATAFRAMES_EXTRA = 'for pandas DataFrames install the dataframes extra: pip install "refvault[dataframes]"'
+
+
 def capture_records(vault: Vault, scope: Scope, table_or_frame: object, **put_options: Any) -> Descriptor:
     """Capture a pyarrow ``Table`` or pandas ``DataFrame`` snapshot as a Parquet record artifact.
 
     The Parquet bytes written here are the artifact; its derivative is built
     at once, so the first query pays nothing extra. ``put_options`` go to
-    :meth:`~refvault.vault.Vault.put` (``media_type`` is always Parquet).
+    :meth:`~refvault.vault.Vault.put` (``media_type`` is always Parquet). A DataFrame needs pandas, the
+    ``dataframes`` extra (``pip install "refvault[dataframes]"``); any other value is an
+    :class:`~refvault.errors.InvalidArgument` that names it.
     """
     module = type(table_or_frame).__module__.split(".", 1)[0]
     if module not in ("pyarrow", "pandas"):
-        raise InvalidArgument("capture_records takes a pyarrow.Table or a pandas.DataFrame")
+        raise InvalidArgument(f"capture_records takes a pyarrow.Table or a pandas.DataFrame; {DATAFRAMES_EXTRA}")
     if "media_type" in put_options:
         raise InvalidArgument("capture_records always stores Parquet; do not pass media_type")
     engine = engine_of(vault)

@@ -163,7 +163,7 @@ def _load_content(vault: VaultContract, scope: Scope, artifact_id: str) -> tuple
         note = "" if shown["next"] is None else f"; truncated, continue with read_artifact {shown['next']}"
         text = f"{head}, {shown['unit']} {shown['start']}-{shown['end']} of {shown['total']}{note}\n{shown['text']}"
         outcome: dict[str, Any] = {"artifact_id": descriptor.artifact_id, "status": "loaded", "kind": "text", **facts}
-        outcome["complete"] = shown["next"] is None
+        outcome["truncated"] = shown["next"] is not None  # the window, not the capture (capture_status)
         return [{"type": "text", "text": text}], outcome
     if is_records(descriptor.media_type):
         raise UnsupportedRead(

@@ -6,6 +6,13 @@ upstream server's text results. Invariants (tested in ``tests/toolbox/test_offlo
 * The captured bytes are exactly the result's text (UTF-8), with
   ``disclosure="model"``, unless the result was derived from a sealed input:
   then the artifact is sealed and the preview shows type and size only.
+* A ``str`` result's media type is sniffed from its first 64 KiB
+  (:func:`refvault.content.text_kind.sniff_text_media_type`): JSON Lines, a JSON
+  array of objects and CSV are stored as record types, so ``query_artifact``
+  selects from them and the preview summarises their records (schema, count,
+  first rows) as it does for a list of objects; anything else is
+  ``text/plain; charset=utf-8``. Other results are ``application/json``. The
+  sniff never changes the bytes.
 * If capture fails, the observation says so and carries a bounded truncation
   marked incomplete (nothing of a sealed-derived result); nothing is silently lost.
 * Neither the preview nor the truncation shows base64 of binary: runs of it
@@ -22,7 +29,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from refvault.errors import RefvaultError
-from refvault.model import Descriptor, Scope
+from refvault.model import Descriptor, Scope, is_records
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
@@ -57,7 +64,7 @@ def offload(
         descriptor = vault.put(
             scope,
             data,
-            media_type="text/plain; charset=utf-8" if isinstance(result, str) else "application/json",
+            media_type=_media_type(data) if isinstance(result, str) else "application/json",
             disclosure=disclosure,
             tool_call_id=tool_call_id,
             run_id=run_id,
@@ -76,9 +83,20 @@ def offload(
     return json.dumps({"offloaded": shown}, ensure_ascii=False), [descriptor]
 
 
+def _media_type(data: bytes) -> str:
+    """The media type of a ``str`` result's UTF-8 bytes: a detected text kind, else plain UTF-8 text."""
+    from refvault.content.text_kind import PLAIN_TEXT, sniff_text_media_type
+
+    return sniff_text_media_type(data) or PLAIN_TEXT  # None: lone surrogates made it invalid UTF-8; still text
+
+
 def _records_summary(vault: VaultContract, scope: Scope, descriptor: Descriptor, result: Any) -> Any:
-    """For a list of objects: its record schema, count and first rows (None if it is not records)."""
-    if not (isinstance(result, list | tuple) and result and all(isinstance(row, Mapping) for row in result)):
+    """For a list of objects, or text stored as a record type: its record schema, count and first rows.
+
+    None if it is not records (then the text or JSON preview applies).
+    """
+    rows = isinstance(result, list | tuple) and result and all(isinstance(row, Mapping) for row in result)
+    if not (rows or (isinstance(result, str) and is_records(descriptor.media_type))):
         return None
     from refvault.read import records
     from refvault.read.previews import RecordsSummary

@@ -41,7 +41,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
@@ -64,6 +64,7 @@ from refvault.model import Descriptor, Scope, checked_expiry, checked_json, form
 from refvault.operations import CaptureMetadata, CaptureOptions, Selection, check_byte_span
 from refvault.vault.commit import GroupCommit, Pending
 from refvault.vault.ingest import ingest
+from refvault.vault.location import check_store_location, store_location
 from refvault.vault.reports import AuditRecord, GcReport, KeyRotation, Problem, VerifyReport
 from refvault.vault.verified import ArtifactStream, VerifiedBlob
 
@@ -184,12 +185,17 @@ class Vault:
         s3_endpoint: str | None = None,
         s3_region: str | None = None,
         manifest_keys: ManifestKeys | None = None,
+        create: bool = True,
+        read_only: bool = False,
         **options: Any,
     ) -> Vault:
         """Open a store, embedded or scaled out.
 
         * A directory path opens the embedded store (filesystem blobs + SQLite
-          catalog), creating it if needed.
+          catalog), creating it if needed; with ``create=False`` a location that
+          holds no store is a :class:`StorageError` (``no refvault store at ...``)
+          and nothing is created. A path that is a file is an
+          :class:`InvalidArgument` (``... is a file, not a directory``).
         * ``"memory://"`` opens a throwaway in-memory store.
         * A ``postgresql://`` URL opens a PostgreSQL catalog; ``blobs`` then says
           where the bytes live: ``s3://bucket/prefix`` (any S3-compatible service;
@@ -204,15 +210,22 @@ class Vault:
         ``$REFVAULT_STORE``, else ``./.refvault``. ``manifest_keys`` overrides where the
         manifest key ring comes from (e.g. ``ManifestKeys.from_file(path)``); ``options``
         go to the :class:`Vault` constructor.
+
+        ``read_only=True`` (implies ``create=False``) opens the store without writing anything, on
+        media that may be read-only: no migration (a catalog of another schema version is refused),
+        no key file, no directory, no temporary; reads, ``list``, ``verify`` and ``gc(dry_run=True)``
+        work, every write raises :class:`StorageError`. Caches a read would record (chunk digests)
+        are skipped; a record query needs its derivative built already. It applies to embedded and
+        ``postgresql://`` stores; a ``memory://`` store is always writable.
         """
-        where = _location(location)
+        where = store_location(location)
         if where == "memory://":
             from refvault.blobs.memory import MemoryBlobStore
             from refvault.catalog.memory import MemoryCatalog
 
             return cls(MemoryBlobStore(), MemoryCatalog(manifest_keys=manifest_keys), **options)
         if where.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
-            return cls._open_scaled(where, blobs, s3_endpoint, s3_region, manifest_keys, options)
+            return cls._open_scaled(where, blobs, s3_endpoint, s3_region, manifest_keys, read_only, options)
         if "://" in where:
             raise InvalidArgument(
                 "unsupported store location: give a directory path, 'memory://' or a postgresql:// URL"
@@ -225,9 +238,12 @@ class Vault:
         from refvault.catalog.sql import SqlCatalog
 
         root = Path(where)
-        store = FilesystemBlobStore(root)
+        check_store_location(root, must_exist=read_only or not create)
+        store = FilesystemBlobStore(root, read_only=read_only)
         try:
-            catalog = SqlCatalog.for_file(root.resolve() / "catalog.db", manifest_keys=manifest_keys)
+            catalog = SqlCatalog.for_file(
+                root.resolve() / "catalog.db", manifest_keys=manifest_keys, read_only=read_only
+            )
         except BaseException:
             store.close()
             raise
@@ -243,6 +259,7 @@ class Vault:
         s3_endpoint: str | None,
         s3_region: str | None,
         manifest_keys: ManifestKeys | None,
+        read_only: bool,
         options: dict[str, Any],
     ) -> Vault:
         from refvault.catalog.sql import SqlCatalog
@@ -264,9 +281,9 @@ class Vault:
         else:
             from refvault.blobs.filesystem import FilesystemBlobStore
 
-            store = FilesystemBlobStore(Path(where))
+            store = FilesystemBlobStore(Path(where), read_only=read_only)
         try:
-            catalog = SqlCatalog(catalog_url, manifest_keys=manifest_keys)
+            catalog = SqlCatalog(catalog_url, manifest_keys=manifest_keys, read_only=read_only)
         except BaseException:
             store.close()
             raise
@@ -580,8 +597,29 @@ class Vault:
             report.bytes_checked += sizes[key]
             if progress is not None:
                 progress(report.bytes_checked, total)
-        report.unreferenced = sum(1 for key in iter(self.blobs.keys()) if key not in by_key)
+        report.grace = self.grace
+        _, old = self._unreferenced(self.grace)
+        wait = 0.0
+        for key in iter(self.blobs.keys()):
+            if key in by_key:
+                continue
+            report.unreferenced += 1
+            age = self.blobs.age(key)
+            if key not in old or (age is not None and age < self.grace):  # what gc keeps (see _unreferenced)
+                report.unreferenced_in_grace += 1
+                wait = max(wait, self.grace - (age or 0.0))
+        if report.unreferenced_in_grace:
+            report.collectable_after = self.clock() + timedelta(seconds=wait)
         return report
+
+    def _unreferenced(self, grace: float) -> tuple[set[BlobKey], set[BlobKey]]:
+        """gc's rule, which ``verify`` reports by: (every unreferenced blob, those unreferenced for ``grace``).
+
+        A blob is unreferenced when no artifact or derivation names it (a file without a catalog
+        record too); gc removes one whose record is older than ``grace`` and whose stored bytes are too.
+        """
+        orphans = {key for key in iter(self.blobs.keys()) if not self.catalog.has_blob(key)}
+        return set(self.catalog.unreferenced(0)) | orphans, set(self.catalog.unreferenced(grace)) | orphans
 
     def _still_named(self, key: BlobKey, owners: Sequence[tuple[Scope, str]]) -> bool:
         """Whether a missing blob is still named by a row or a derivation (not deleted and collected meanwhile).
@@ -642,7 +680,7 @@ class Vault:
             raise StorageError("this vault is closed")
         grace = self.grace if grace is None else grace
         _check_grace(grace)
-        report = GcReport(dry_run=dry_run)
+        report = GcReport(dry_run=dry_run, grace=grace)
         now = self.clock()
         if dry_run:  # what delete_expired would remove: rows by their expiry, authentic or not
             report.expired = [
@@ -652,12 +690,12 @@ class Vault:
             ]
         else:
             report.expired = self.catalog.delete_expired(now)
-        candidates = set(self.catalog.unreferenced(grace))
-        candidates.update(key for key in iter(self.blobs.keys()) if not self.catalog.has_blob(key))
-        self._collect(sorted(candidates), grace, dry_run, report)
+        unreferenced, candidates = self._unreferenced(grace)
+        gone = self._collect(sorted(candidates), grace, dry_run, report)
         if report.blobs_removed and not dry_run:
             # Collecting a source drops its derivations: collect the derivatives it orphaned now.
             self._collect(sorted(self.catalog.unreferenced(grace)), grace, dry_run, report)
+        report.blobs_kept = len(unreferenced - gone)
         report.temporaries_removed = self.blobs.sweep_temp(grace, dry_run=dry_run)
         if not dry_run:
             with self._attach_lock:
@@ -668,16 +706,24 @@ class Vault:
                     after_gc(self)
         return report
 
-    def _collect(self, candidates: Sequence[BlobKey], grace: float, dry_run: bool, report: GcReport) -> None:
+    def _collect(self, candidates: Sequence[BlobKey], grace: float, dry_run: bool, report: GcReport) -> set[BlobKey]:
+        """Collect (or, dry, count) the candidates old enough; return those removed, would be, or failed."""
+        gone: set[BlobKey] = set()
         for key in candidates:
             if dry_run:
                 age = self.blobs.age(key)
-                report.blobs_removed += int(age is None or age >= grace)
+                if age is None or age >= grace:
+                    report.blobs_removed += 1
+                    gone.add(key)
                 continue
             try:
-                report.blobs_removed += int(self.catalog.collect(key, grace, self._remover(key, grace)))
+                if self.catalog.collect(key, grace, self._remover(key, grace)):
+                    report.blobs_removed += 1
+                    gone.add(key)
             except StorageError:
                 report.failures += 1  # one unremovable blob must not stop collection of the rest
+                gone.add(key)
+        return gone
 
     def _remover(self, key: BlobKey, grace: float) -> Callable[[], bool]:
         def remove() -> bool:
@@ -705,16 +751,6 @@ def _naming(artifact_id: str) -> Iterator[None]:
             f"artifact {shown_id(artifact_id)} failed verification: its derived-data record fails its MAC",
             kind="manifest",
         ) from None
-
-
-def _location(location: str | os.PathLike[str] | None) -> str:
-    if location is not None:
-        where = os.fspath(location)
-    else:
-        where = os.environ.get("REFVAULT_CATALOG") or os.environ.get("REFVAULT_STORE") or ".refvault"
-    if not where or "\x00" in where:
-        raise InvalidArgument("the store location must be a non-empty path or URL without NUL characters")
-    return where
 
 
 def _check_grace(grace: object) -> None:

@@ -50,13 +50,22 @@ class Problem:
 
 @dataclass(slots=True)
 class VerifyReport:
-    """What ``verify`` re-read: counts, problems (with artifact ids) and unreferenced blobs."""
+    """What ``verify`` re-read: counts, problems (with artifact ids) and unreferenced blobs.
+
+    ``unreferenced`` counts stored blobs no artifact or derivation names (a deleted artifact's bytes, say);
+    ``unreferenced_in_grace`` of them are younger than ``grace`` seconds (the vault's gc grace period), so a
+    ``gc`` keeps them until ``collectable_after`` (when the youngest is old enough; None if there is none).
+    Unreferenced blobs are not problems: gc removes them.
+    """
 
     blobs_checked: int = 0
     bytes_checked: int = 0
     artifacts: int = 0
     problems: list[Problem] = field(default_factory=list)
     unreferenced: int = 0
+    unreferenced_in_grace: int = 0
+    grace: float = 0.0
+    collectable_after: datetime | None = None
 
     @property
     def ok(self) -> bool:
@@ -80,10 +89,16 @@ class KeyRotation:
 
 @dataclass(slots=True)
 class GcReport:
-    """What ``gc`` removed (or, with ``dry_run``, would remove)."""
+    """What ``gc`` removed (or, with ``dry_run``, would remove).
+
+    ``blobs_kept`` counts unreferenced blobs left in place because they are younger than ``grace`` seconds
+    (a later gc removes them); ``failures`` those that could not be removed.
+    """
 
     dry_run: bool
     expired: list[str] = field(default_factory=list)
     blobs_removed: int = 0
     temporaries_removed: int = 0
     failures: int = 0
+    blobs_kept: int = 0
+    grace: float = 0.0

@@ -13,8 +13,14 @@ each tested in ``tests/read/test_previews.py``:
   dropped entirely when nothing is left. :func:`truncation` has the same bound
   with ``TRUNCATION_SLACK``.
 * **Honest.** Every preview says in ``covers`` exactly what it shows and in
-  ``omits`` what it does not; ``complete`` is true only when the preview shows
-  the whole artifact (then ``omits`` is ``"nothing"``).
+  ``omits`` what it does not; ``preview_partial`` is false only when the preview
+  shows the whole artifact (then ``omits`` is ``"nothing"``).
+* **One flag per question.** ``capture_status`` is the *capture's* status (did
+  the artifact get everything the tool produced: ``complete``, ``partial`` or
+  ``unknown``, from the descriptor); ``preview_partial`` is the *preview's* (does
+  this preview show only part of the artifact). A complete capture shown in
+  part is ``"capture_status": "complete", "preview_partial": true``; no field of
+  a preview is named ``complete``.
 * **Work bounded by the budget, not the artifact.** Beyond O(n) C-speed passes
   (counting newlines; finding base64 spans, at most 4 KiB decoded per span, in
   the text and in each string shown), a preview touches O(``max_chars``) bytes of text, visits
@@ -33,7 +39,7 @@ each tested in ``tests/read/test_previews.py``:
   128+ base64 characters decoding to binary) are shown as
   ``[base64 omitted: <media type>, <size> bytes]``, found in the whole string or
   artifact so a span cut by the budget is still replaced whole; a text head or
-  tail cut inside one extends to its edge. Such a preview is never ``complete``
+  tail cut inside one extends to its edge. Such a preview is always ``preview_partial``
   and says so in ``covers`` and ``omits``; :func:`truncation` counts them in
   ``placeholders``. Tested in ``tests/security/test_gateway_base64.py``.
 
@@ -115,7 +121,7 @@ def _opaque_preview(
         result["read_more"] = _text_read_more(artifact_id) + hint
         return result
     if size == 0:
-        result.update(complete=True, covers="the whole artifact: it is empty (0 bytes)", omits="nothing")
+        result.update(preview_partial=False, covers="the whole artifact: it is empty (0 bytes)", omits="nothing")
     else:
         result["covers"] = "type and size only: the content is binary and is not shown"
         result["omits"] = f"all {_n(size, 'byte')} of content"
@@ -161,9 +167,17 @@ def preview(
     ``JSON_PARSE_LIMIT`` bytes, else text); other text media types; nothing
     supplied (type and size only).
 
-    Every preview has ``artifact_id, media_type, size, disclosure, kind,
-    capture_status, complete, covers, omits, read_more`` and a body:
-    text ``lines, head, head_lines, head_bytes, tail, tail_lines, tail_bytes``;
+    Every preview has these fields and a body:
+
+    * ``artifact_id``, ``media_type``, ``size``, ``disclosure``: the descriptor's;
+    * ``kind``: ``text``, ``json``, ``records`` or ``binary`` (which body follows);
+    * ``capture_status``: the capture's completeness status (``complete``,
+      ``partial``, ``unknown``), not the preview's;
+    * ``preview_partial``: true when this preview shows only part of the artifact;
+    * ``covers``, ``omits``: what the preview shows and leaves out, in words;
+    * ``read_more``: the read calls that get the rest.
+
+    Bodies: text ``lines, head, head_lines, head_bytes, tail, tail_lines, tail_bytes``;
     json ``shape, sample``; records ``records, fields, schema, first_rows``.
     ``len(json.dumps(result)) <= max(max_chars, PREVIEW_SLACK)``.
     """
@@ -228,9 +242,9 @@ def truncation(text: str, *, max_chars: int, reason: str) -> dict[str, Any]:
     """The visible fallback when capturing an oversized result failed: a bounded head of ``text``.
 
     ``reason`` is a short error type name (e.g. ``"StorageError"``; other characters
-    are dropped, at most 80 kept). ``complete`` is true only if all of ``text`` fits.
+    are dropped, at most 80 kept). ``preview_partial`` is false only if all of ``text`` fits.
     Base64-encoded bytes (:mod:`refvault.content.encoded`) are shown as placeholders
-    (then ``placeholders`` counts them and ``complete`` is false); ``shown_chars``
+    (then ``placeholders`` counts them and ``preview_partial`` is true); ``shown_chars``
     counts the characters of ``text`` the head covers.
     ``len(json.dumps(result)) <= max(max_chars, TRUNCATION_SLACK)``.
     """
@@ -270,7 +284,7 @@ def truncation(text: str, *, max_chars: int, reason: str) -> dict[str, Any]:
         result: dict[str, Any] = {
             "status": "not_captured",
             "reason": shown_reason,
-            "complete": complete,
+            "preview_partial": not complete,
             "shown_chars": shown,
             "total_chars": total,
             "omits": "nothing"

@@ -158,7 +158,7 @@ def _base(descriptor: Descriptor, kind: Kind) -> dict[str, Any]:
         "disclosure": descriptor.disclosure,
         "kind": kind,
         "capture_status": str(descriptor.completeness.get("status", "unknown")),
-        "complete": False,
+        "preview_partial": True,
         "covers": "",
         "omits": "",
     }
@@ -172,7 +172,7 @@ def _query_hint(artifact_id: str) -> str:
 
 
 def _hinted(result: dict[str, Any], hint: str) -> dict[str, Any]:
-    if hint and not result["complete"]:
+    if hint and result["preview_partial"]:
         result["read_more"] += hint
     return result
 
@@ -212,14 +212,14 @@ _MASKED_OMITS = "the base64 text of encoded bytes (shown as placeholders)"
 
 
 def _masked_note(result: dict[str, Any], masked: int, read_more: str) -> dict[str, Any]:
-    """If ``masked``, say that base64-encoded bytes are shown as placeholders: the preview is then not complete."""
+    """If ``masked``, say that base64-encoded bytes are shown as placeholders: the preview is then partial."""
     if not masked:
         return result
     result["covers"] += _MASKED_COVERS
     omits = _MASKED_OMITS
-    result["omits"] = f"{result['omits']}; {omits}" if result["omits"] and not result["complete"] else omits
-    if result["complete"]:
-        result["complete"] = False
+    result["omits"] = f"{result['omits']}; {omits}" if result["omits"] and result["preview_partial"] else omits
+    if not result["preview_partial"]:
+        result["preview_partial"] = True
         result["read_more"] = read_more
     return result
 

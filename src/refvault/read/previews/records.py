@@ -102,7 +102,7 @@ def _records_preview(descriptor: Descriptor, summary: RecordsSummary, max_chars:
         shown_rows = len(body["first_rows"])
         complete = shown_rows == count and shown_fields == total_fields and not cut
         if complete:
-            result["complete"] = True
+            result["preview_partial"] = False
             result["covers"] = (
                 f"the whole artifact: all {_n(count, 'record')} and the schema ({_n(total_fields, 'field')})"
             )

@@ -232,7 +232,7 @@ def _json_preview(descriptor: Descriptor, document: object, max_chars: int) -> d
         result["shape"] = shape
         result["sample"] = sample
         if whole:
-            result["complete"] = True
+            result["preview_partial"] = False
             result["covers"] = (
                 f"the whole document: sample is its complete compact JSON rendering ({len(sample)} characters)"
             )

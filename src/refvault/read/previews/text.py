@@ -227,7 +227,9 @@ def _text_preview(
     def build(budget: int) -> dict[str, Any]:
         result = base()
         if size == 0:
-            result.update(complete=True, covers="the whole artifact: it is empty (0 lines, 0 bytes)", omits="nothing")
+            result.update(
+                preview_partial=False, covers="the whole artifact: it is empty (0 lines, 0 bytes)", omits="nothing"
+            )
             result.update(head="", head_lines=[0, 0], head_bytes=[0, 0], tail="", tail_lines=[0, 0], tail_bytes=[0, 0])
             result["read_more"] = _describe_hint(artifact_id)
             return result
@@ -237,7 +239,7 @@ def _text_preview(
             whole = geometry.show(0, size)
             if _esc_len(whole) <= budget:
                 result.update(
-                    complete=True,
+                    preview_partial=False,
                     covers=f"the whole artifact: all {_n(lines_total, 'line')} ({_n(size, 'byte')})",
                     omits="nothing",
                     head=whole,
@@ -306,7 +308,7 @@ def _text_result(
     if geometry.whole and head_end >= tail_start:
         # Head and tail met: everything is shown (possible when lines fit only after the split).
         result.update(
-            complete=True,
+            preview_partial=False,
             covers=f"the whole artifact: all {_n(geometry.lines, 'line')} ({_n(size, 'byte')}), as head and tail",
             omits="nothing",
         )
@@ -335,7 +337,7 @@ def _text_result(
         first_tail = geometry.line_of(tail_start) if tail_start < len(data) else (geometry.lines or 0)
         result["tail_lines"] = [first_tail, geometry.lines]
         result["tail_bytes"] = [tail_start, len(data)]
-    if result["complete"]:
+    if not result["preview_partial"]:
         result["read_more"] = (
             "This preview shows everything; pass the id to a tool taking a Ref to reuse it. "
             + _describe_hint(artifact_id)
