@@ -11,6 +11,7 @@ import pytest
 
 from refvault.cli import main
 from refvault.cli.console import PIPE_WIDTH
+from refvault.ids import is_artifact_id
 from tests.cli.test_cli import Cli, write
 from tests.media import png_bytes
 
@@ -143,3 +144,13 @@ def test_reading_a_record_file_points_to_query(cli: Cli, tmp_path: Path) -> None
     assert refused.exit_code == 2
     assert f"refvault query {artifact_id}" in refused.stderr
     assert "--media-type" not in refused.stderr
+
+
+def test_put_quiet_prints_only_the_new_id(cli: Cli, tmp_path: Path) -> None:
+    source = write(tmp_path, "notes.txt", b"hello\n")
+    result = cli("put", "-q", str(source))
+    assert result.exit_code == 0, result.output
+    artifact_id = result.stdout.strip()
+    assert is_artifact_id(artifact_id)
+    assert result.stdout == artifact_id + "\n"
+    assert cli.json("show", artifact_id)["artifact_id"] == artifact_id

@@ -675,7 +675,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                 time.sleep(0.05)
         else:
             raise AssertionError("refvault serve did not answer: " + log_path.read_text())
-        banner = log_path.read_text().splitlines()
+        created_line, *banner = log_path.read_text().splitlines()
+        assert created_line == f"created a new store at {store}"  # serve creates the store, and says so
         assert banner[0].startswith(f"refvault 0.1.0 serving {url}/v1"), banner
         assert banner[1] == f"store: {store}"
         assert banner[2] == f"create an API key: refvault keys create --store {store} --tenant TENANT --user USER"

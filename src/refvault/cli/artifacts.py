@@ -141,6 +141,9 @@ def _show_descriptor(descriptor: Descriptor, as_json: bool, *, title: str | None
 @click.option("--expires-in", type=Duration(), metavar="DURATION", help="Retention deadline, e.g. 30s, 15m, 2h, 7d.")
 @click.option("--tool-call-id", help="Provenance: the tool call that produced the bytes.")
 @click.option("--idempotency-key", help="A retried put with the same key in the same scope returns the same id.")
+@click.option(
+    "-q", "--quiet", is_flag=True, help="Print only the new artifact's id (for scripts: id=$(refvault put -q FILE))."
+)
 @scope_options
 @main_store_option
 @json_option
@@ -154,12 +157,13 @@ def put(
     expires_in: timedelta | None,
     tool_call_id: str | None,
     idempotency_key: str | None,
+    quiet: bool,
     tenant: str,
     user: str,
     session: str,
     as_json: bool,
 ) -> None:
-    """Capture FILE (or stdin, with -) and print its descriptor.
+    """Capture FILE (or stdin, with -) and print its descriptor (its id only, with -q).
 
     Creates the store if there is none at the location yet.
     """
@@ -183,7 +187,10 @@ def put(
             tool_call_id=tool_call_id,
             idempotency_key=idempotency_key,
         )
-    _show_descriptor(descriptor, as_json, title="captured")
+    if quiet and not as_json:
+        click.echo(descriptor.artifact_id)
+    else:
+        _show_descriptor(descriptor, as_json, title="captured")
 
 
 _PEEK = 1 << 20  # the first piece read from the input: its first 64 KiB are sniffed, then it is stored first

@@ -34,6 +34,7 @@ __all__ = ["EVENT", "Finding", "LeakGuard", "Policy", "marker"]
 _LOGGER: Final = logging.getLogger("refvault.guard")
 _BATCH_BYTES: Final = 16 << 20  # protect_many hashes up to this much per kernel call
 _MAX_ADMITTED: Final = 10_000  # payloads admitted past the size arm, most recent kept
+_MAX_DISCLOSED: Final = 10_000  # texts refvault showed the model from model-disclosed artifacts, most recent kept
 PIECE_K: Final = 16
 """The k-gram length of the piece arm: pieces of fewer bytes are never counted."""
 _DECODE_DEPTH: Final = 3  # encodings decoded inside one another (base64 of base64 of hex, ...)
@@ -113,6 +114,7 @@ class LeakGuard:
         self._piece_cache: OrderedDict[tuple[str, int, int], tuple[int, list[Short]]] = OrderedDict()  # leaf -> chains
         self._seen: set[tuple[str, bytes]] = set()  # in the index
         self._admitted: dict[bytes, None] = {}  # digests of payloads admitted past the size arm (insertion order)
+        self._disclosed: dict[bytes, frozenset[str]] = {}  # digest of a text shown the model -> artifacts it shows
         self._pending: dict[tuple[str, bytes], threading.Event] = {}  # being added by some thread
 
     # -- protecting ------------------------------------------------------------------------------------------------
@@ -221,6 +223,26 @@ class LeakGuard:
             while len(self._admitted) > _MAX_ADMITTED:
                 del self._admitted[next(iter(self._admitted))]
 
+    def exempt_disclosed(self, text: str, artifact_ids: Iterable[str]) -> None:
+        """Let this exact ``text`` carry the content of ``artifact_ids`` in later requests: it was disclosed on purpose.
+
+        For what refvault itself showed the model of model-disclosed artifacts: an offload preview, a read
+        tool's answer. A tool that later reads one of them by reference protects it, and the preview already
+        in the conversation must not then count as a leak. The exemption is narrow: a leaf whose text is
+        exactly ``text`` (by digest) is not flagged for ``artifact_ids``; any other artifact found in it, and
+        the same content anywhere else (a tool pasting it into its own result), still is. Never call it with
+        a sealed artifact's id. The most recent 10,000 texts are remembered.
+        """
+        owners = frozenset(artifact_ids)
+        if not owners:
+            return
+        digest = _text_digest(text)
+        with self._lock:
+            owners |= self._disclosed.pop(digest, frozenset())
+            self._disclosed[digest] = owners
+            while len(self._disclosed) > _MAX_DISCLOSED:
+                del self._disclosed[next(iter(self._disclosed))]
+
     # -- checking --------------------------------------------------------------------------------------------------
 
     def scan(self, request: object) -> list[Finding]:
@@ -297,8 +319,36 @@ class LeakGuard:
         leaves: list[Leaf] = []
         walk(request, leaves.append, min_chars=self._min_chars, min_bytes=self._min_bytes)
         hits, shorts = self._content(leaves)
+        if self._disclosed and (hits or shorts):
+            hits, shorts = self._without_disclosed(leaves, hits, shorts)
         found = {(i, owner) for i, entry in hits.items() for owner, _ in entry.cover}
         return _Scanned(leaves, hits, [s for s in shorts if (s.leaf, s.owner) not in found])
+
+    def _without_disclosed(
+        self, leaves: Sequence[Leaf], hits: dict[int, LeafHits], shorts: list[Short]
+    ) -> tuple[dict[int, LeafHits], list[Short]]:
+        """Hits and chains less those of artifacts a leaf shows because refvault disclosed it (exempt_disclosed)."""
+        exempt: dict[int, frozenset[str]] = {}
+        with self._lock:
+            for i in {*hits, *(s.leaf for s in shorts)}:
+                value = leaves[i].value
+                owners = None if value is None else self._disclosed.get(_text_digest(value))
+                if owners:
+                    exempt[i] = owners
+        if not exempt:
+            return hits, shorts
+        kept: dict[int, LeafHits] = {}
+        for i, entry in hits.items():
+            owners = exempt.get(i)
+            if owners:
+                entry.cover = {key: extents for key, extents in entry.cover.items() if key[0] not in owners}
+                entry.spans = [span for span in entry.spans if span[2] not in owners]
+                entry.whole -= owners
+                entry.pieces = {owner: n for owner, n in entry.pieces.items() if owner not in owners}
+                if not (entry.cover or entry.spans or entry.whole or entry.pieces):
+                    continue
+            kept[i] = entry
+        return kept, [s for s in shorts if s.owner not in exempt.get(s.leaf, frozenset())]
 
     def _content(self, leaves: Sequence[Leaf], *, pieces: bool = True) -> tuple[dict[int, LeafHits], list[Short]]:
         """Content-arm hits per leaf and (with ``pieces``) piece-arm chains, over every view and decoded run.
@@ -564,3 +614,9 @@ def _checked(artifact_id: str, data: bytes | str) -> bytes:
     if isinstance(data, bytes | bytearray | memoryview):
         return bytes(data)
     raise InvalidArgument("protected data must be bytes or str")
+
+
+def _text_digest(value: str | bytes) -> bytes:
+    """The digest :meth:`LeakGuard.exempt_disclosed` keys a text by (its UTF-8 bytes)."""
+    raw = value if isinstance(value, bytes) else value.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(raw, digest_size=16, person=b"refvault-shown").digest()

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from refvault.errors import BadRef, InvalidArgument, InvalidType
+from refvault.ids import is_artifact_id
 from refvault.limits import DEFAULT_OFFLOAD_TOKENS, MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS
 from refvault.limits import DEFAULT_PREVIEW_CHARS as DEFAULT_PREVIEW_CHARS  # re-exported, as before
 from refvault.model import Descriptor, Scope
@@ -369,6 +370,7 @@ class Toolbox:
             except Exception as exc:
                 outcome = Outcome(failure=type(exc).__name__)
             else:
+                self._exempt_disclosed(prepared, content, captured, parts)
                 ids = tuple(d.artifact_id for d in captured)
                 self._record(
                     ToolEvent(
@@ -398,6 +400,29 @@ class Toolbox:
         message = outcome.message or (outcome.refvault_message if prepared.tool.builtin else None)
         message = message or f"the tool raised {outcome.failure}"
         return Observation(prepared.tool_call_id, f"error: {message}", is_error=True)
+
+    def _exempt_disclosed(
+        self, prepared: Prepared, content: str, captured: list[Descriptor], parts: tuple[Any, ...]
+    ) -> None:
+        """Tell the guard what this observation shows the model of model-disclosed artifacts, on purpose.
+
+        An offload preview shows the captured artifact; a content read tool's answer shows the artifacts it
+        read (they refuse sealed ones). When a tool later reads one of them by reference, the guard protects
+        it; these exact texts, already in the conversation, are then not leaks (``exempt_disclosed``).
+        """
+        guard = self.guard
+        if guard is None:
+            return
+        if prepared.tool.builtin:
+            shown = _named_ids(prepared.kwargs) if prepared.tool.name in _CONTENT_READERS else set()
+        else:
+            shown = {d.artifact_id for d in captured if d.disclosure == "model"}
+        if not shown:
+            return
+        guard.exempt_disclosed(content, shown)
+        for part in parts:
+            if part.get("type") == "text":
+                guard.exempt_disclosed(str(part.get("text", "")), shown)
 
     def _render(self, outcome: Outcome, prepared: Prepared) -> tuple[str, list[Descriptor], tuple[Any, ...]]:
         result = outcome.value
@@ -444,3 +469,12 @@ class Toolbox:
             source=prepared.tool.name,
         )
         return content, captured, ()
+
+
+_CONTENT_READERS = frozenset({"read_artifact", "query_artifact", "load_artifacts"})  # built-ins that show content
+
+
+def _named_ids(arguments: Mapping[str, Any]) -> set[str]:
+    """The well-formed artifact ids among a call's arguments (a string, or a list of strings)."""
+    values = [v for value in arguments.values() for v in (value if isinstance(value, list) else [value])]
+    return {value for value in values if is_artifact_id(value)}
