@@ -16,11 +16,13 @@ $(VENV)/bin/python:
 # tests, checks and benchmarks need the dev extra. Both then compile the leak guard's kernels for this
 # machine (once, saying so; later runs load them from numba's cache), so no command pauses to compile.
 $(CORE): pyproject.toml | $(VENV)/bin/python
+	@echo "installing refvault[mcp] into .venv (first run only)…"
 	$(BIN)/python -m pip install --quiet -e '.[mcp]'
 	$(BIN)/python -m refvault.guard.warm
 	touch $(CORE)
 
 $(STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "installing refvault[dev] into .venv (first run only)…"
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m refvault.guard.warm
 	touch $(CORE) $(STAMP)

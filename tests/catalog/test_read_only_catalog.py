@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+from refvault.catalog.engine import sqlite_read_only_uri
 from refvault.catalog.sql import SqlCatalog
 from refvault.errors import StorageError
 from refvault.model import Scope
@@ -63,3 +66,33 @@ def test_a_newer_schema_is_refused_read_only(tmp_path: Path) -> None:
     db.close()
     with pytest.raises(StorageError, match="newer refvault"):
         Vault.open(root, read_only=True)
+
+
+def test_a_store_this_user_cannot_write_is_read_live_never_as_a_frozen_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a read-only file system may be opened ``immutable``: a directory merely not writable by this user
+    may have its owner writing, and a reader must see those writes (a deletion above all)."""
+    root = store(tmp_path)  # closed: no -wal file is left
+    scope = Scope("t", "u", "s")
+    access = os.access
+
+    def not_writable_here(path: Any, mode: int, **kwargs: Any) -> bool:
+        inside = Path(os.fspath(path)).absolute().is_relative_to(root)
+        return False if inside and mode & os.W_OK else access(path, mode, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "access", not_writable_here)
+        uri = sqlite_read_only_uri(root / "catalog.db")
+        reader = Vault.open(root, read_only=True)
+    assert uri is not None
+    assert uri.endswith("?mode=ro")
+    try:
+        [first] = reader.list(scope)
+        with Vault.open(root) as writer:  # the owner writes while the reader is open
+            second = writer.put(scope, b"written while the reader is open")
+            assert {d.artifact_id for d in reader.list(scope)} == {first.artifact_id, second.artifact_id}
+            writer.delete(scope, first.artifact_id)
+            assert [d.artifact_id for d in reader.list(scope)] == [second.artifact_id]
+    finally:
+        reader.close()

@@ -24,6 +24,14 @@ LARGE = 48 * 1024  # above the 32 KiB inline limit, so the bytes live in a blob 
 MISSING_ID = "art_" + "a" * 26
 
 
+def not_found(artifact_id: str, scope: str = "local/local/local") -> str:
+    """The CLI's "not found": the scope the command used and how to choose another."""
+    return (
+        f"artifact {artifact_id} not found in scope {scope} (choose the scope with --tenant/--user/--session"
+        " or $REFVAULT_TENANT/$REFVAULT_USER/$REFVAULT_SESSION)"
+    )
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("REFVAULT_STORE", "REFVAULT_TENANT", "REFVAULT_USER", "REFVAULT_SESSION", "COLUMNS"):
@@ -280,7 +288,7 @@ def test_unknown_id_exits_1_not_found(cli: Cli, command: str) -> None:
     cli.init()
     result = cli(command, MISSING_ID)
     assert result.exit_code == 1
-    assert result.stderr == f"error: artifact {MISSING_ID} not found in this scope\n"
+    assert result.stderr == f"error: {not_found(MISSING_ID)}\n"
     assert result.stdout == ""
 
 
@@ -299,7 +307,10 @@ def test_other_scope_gets_not_found(cli: Cli, tmp_path: Path, option: str) -> No
     for command in ("show", "cat", "rm"):
         result = cli(command, d["artifact_id"], option, "intruder")
         assert result.exit_code == 1
-        assert result.stderr == f"error: artifact {d['artifact_id']} not found in this scope\n"
+        scope = {"--tenant": "intruder/local/local", "--user": "local/intruder/local"}.get(
+            option, "local/local/intruder"
+        )
+        assert result.stderr == f"error: {not_found(d['artifact_id'], scope)}\n"
         assert b"private" not in result.stdout_bytes
     assert cli.json("show", d["artifact_id"]) == d
 
@@ -636,7 +647,7 @@ def test_json_not_found_error(cli: Cli, command: str) -> None:
     cli.init()
     result = cli(command, MISSING_ID, "--json")
     assert result.exit_code == 1
-    assert json_error(result) == {"type": "NotFound", "message": f"artifact {MISSING_ID} not found in this scope"}
+    assert json_error(result) == {"type": "NotFound", "message": not_found(MISSING_ID)}
 
 
 @pytest.mark.parametrize("command", ["show", "cat", "rm"])
@@ -946,7 +957,7 @@ def test_console_script_round_trips_binary(tmp_path: Path) -> None:
 
     missing = subprocess.run([script, "cat", MISSING_ID], capture_output=True, env=env)
     assert missing.returncode == 1
-    assert missing.stderr == f"error: artifact {MISSING_ID} not found in this scope\n".encode()
+    assert missing.stderr == f"error: {not_found(MISSING_ID)}\n".encode()
 
 
 def test_cat_json_prints_only_the_error_when_a_later_chunk_is_damaged(cli: Cli, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -109,8 +110,8 @@ def test_a_reading_command_does_not_create_missing_key_files(tmp_path: Path) -> 
     (store / "manifest-keys.json").unlink()
     result = run(store, "show", ids["text"])
     assert result.exit_code == 1
-    assert "was opened read-only" in result.stderr
-    assert "refvault migrate" in result.stderr
+    assert "manifest-keys.json is missing but" in result.stderr
+    assert "restore it from a backup" in result.stderr
     assert not (store / "manifest-keys.json").exists()
 
 
@@ -129,8 +130,9 @@ def read_only_media(source: Path, top: Path) -> Iterator[Path]:
 
     Where it may mount (root with CAP_SYS_ADMIN): a tmpfs remounted read-only, every write fails with EROFS.
     Else a copy whose files and directories are not writable: for any user but root every write fails with
-    EACCES; root, whom permissions do not bind, is also told so by ``os.access`` (as refvault asks), so the
-    commands take the same read-only-media path (SQLite ``mode=ro``), where SQLite itself refuses writes.
+    EACCES; root, whom permissions do not bind, is also told so by ``os.access`` (as refvault asks), and
+    ``os.statvfs`` reports the copy's file system read-only, so the commands take the same read-only-media
+    path (SQLite ``mode=ro``, immutable), where SQLite itself refuses writes.
     """
     top.mkdir()
     mounted = _mounted_tmpfs(top)
@@ -151,6 +153,15 @@ def read_only_media(source: Path, top: Path) -> Iterator[Path]:
                         return False if inside and mode & os.W_OK else access(path, mode, **kwargs)
 
                     patch.setattr(os, "access", unwritable)
+                statvfs = os.statvfs
+
+                def read_only_mount(path: Any) -> Any:  # the copy's file system reports itself read-only
+                    real = statvfs(path)
+                    if not Path(os.fspath(path)).absolute().is_relative_to(copy):
+                        return real
+                    return SimpleNamespace(f_flag=real.f_flag | os.ST_RDONLY)
+
+                patch.setattr(os, "statvfs", read_only_mount)
             yield copy
     finally:
         if mounted:

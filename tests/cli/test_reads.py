@@ -67,4 +67,7 @@ def test_read_windows_and_grep(tmp_path: Path, cli: Cli) -> None:
     png = cli.put(image)["artifact_id"]
     refused = cli("read", png)
     assert refused.exit_code == 2
-    assert "reference" in refused.stderr
+    assert (
+        refused.stderr == f"error: artifact {png} is binary (image/png), not text: 'refvault cat {png} > FILE'"
+        " writes its bytes\n"
+    )

@@ -27,9 +27,8 @@ def test_cat_help_says_it_is_the_operator_tool_that_serves_sealed_bytes() -> Non
 
 def test_read_help_says_it_is_the_model_facing_read_that_refuses_sealed_artifacts() -> None:
     text = one_line(run("read", "--help").stdout)
-    assert "This is the model-facing selective read (the read_artifact tool)" in text
-    assert "read refuses sealed artifacts, which a model may only use by reference" in text
-    assert "'refvault cat ID' (an operator tool) writes their bytes" in text
+    assert "Like the model's read, this refuses sealed artifacts (a model may only use them by reference)" in text
+    assert "'refvault cat ID' writes their bytes for an operator" in text
 
 
 def test_read_of_a_sealed_artifact_points_the_operator_to_cat(tmp_path: Path) -> None:
@@ -39,6 +38,7 @@ def test_read_of_a_sealed_artifact_points_the_operator_to_cat(tmp_path: Path) ->
     refused = run("--store", store, "read", artifact_id)
     assert refused.exit_code == 1
     assert f"artifact {artifact_id} is sealed" in refused.stderr
-    assert f"('refvault cat {artifact_id}' writes its bytes for an operator)" in refused.stderr
+    assert f"'refvault cat {artifact_id}' writes its bytes for an operator" in refused.stderr
+    assert "Ref parameter" not in refused.stderr
     assert "runbook" not in refused.output
     assert run("--store", store, "cat", artifact_id).stdout_bytes == b"runbook"

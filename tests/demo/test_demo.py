@@ -3,8 +3,9 @@
 The demo runs once in-process on a kept store (the module fixture); the facts of each step are asserted from
 its JSON and, independently, from the vault (the screenshot's bytes, the runbook's bytes, re-hashes). Then:
 once through the CLI in a subprocess (default temporary store, removed), with the guard's check disabled
-(step 5 must fail, exit 1), without the MCP SDK and without the example server (step 4 fails with a clear
-message). The scripted loop itself (:class:`refvault.scripted.ScriptedRun`) is tested on a small Toolbox.
+(step 5 must fail, exit 1), without the MCP SDK (step 4 fails with a clear message); step 4's MCP server is the
+module installed with refvault, which (like the example file pointing to it) serves from any directory. The
+scripted loop itself (:class:`refvault.scripted.ScriptedRun`) is tested on a small Toolbox.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -33,6 +35,7 @@ from refvault.model import DESCRIPTOR_FIELDS, Scope
 from refvault.toolbox import Ref, Toolbox
 from refvault.vault.core import Vault
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "incident_mcp_server.py"
 STEPS = ["capture", "absence", "pinned", "screenshot", "runbook", "restart"]
 OWNER = Scope("acme", "oncall", "incident-20261106")
 
@@ -378,17 +381,37 @@ def test_without_the_mcp_sdk_step_4_fails_with_the_install_hint(monkeypatch: pyt
     assert "demo FAILED: step 4 did not hold" in out
 
 
-def test_without_the_example_server_step_4_says_where_it_looked(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+def test_step_4_starts_the_mcp_server_shipped_in_the_refvault_package_not_a_checkout_file() -> None:
+    command = scenario.server_command()
+    assert command == (sys.executable, "-m", "refvault.demo.incident_mcp_server")
+    spec = importlib.util.find_spec(command[2])
+    assert spec is not None
+    assert spec.origin is not None
+    assert Path(spec.origin).parent == Path(scenario.__file__).parent  # installed with refvault, beside the demo
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["-m", "refvault.demo.incident_mcp_server"], [str(EXAMPLE)]],
+    ids=["the installed module", "the example file"],
+)
+def test_the_screenshot_server_runs_from_any_working_directory_and_serves_a_png(
+    tmp_path: Path, args: list[str]
 ) -> None:
-    monkeypatch.setattr(scenario, "server_path", lambda: tmp_path / "incident_mcp_server.py")
-    code, out = demo(None)
-    result = json.loads(out)
-    assert code == 1
-    [step] = [s for s in result["steps"] if not s["ok"]]
-    assert step["name"] == "screenshot"
-    assert str(tmp_path / "incident_mcp_server.py") in step["check"]["detail"]
-    assert "source checkout" in step["check"]["detail"]
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    async def screenshot() -> tuple[list[str], Any]:
+        server = StdioServerParameters(command=sys.executable, args=args, cwd=tmp_path)
+        async with Client(server, cache=None) as client:
+            tools = [tool.name for tool in (await client.list_tools()).tools]
+            return tools, await client.call_tool("dashboard_screenshot", {"panel": "checkout error rate, eu-west"})
+
+    tools, result = asyncio.run(screenshot())
+    assert tools == ["dashboard_screenshot"]
+    [image] = [block for block in result.content if block.type == "image"]
+    assert image.mime_type == "image/png"
+    assert base64.b64decode(image.data).startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_the_human_transcript_walks_every_step(kept: tuple[int, dict[str, Any], Path]) -> None:

@@ -1,6 +1,6 @@
-"""The leak guard's kernels: the first compile in a process is announced once, where it is seen; a machine that
-has compiled them says nothing; `python -m refvault.guard.warm` compiles every kernel; no writable cache
-directory still works."""
+"""The leak guard's kernels: a process that must compile any kernel compiles all of them, saying so once before
+and once after; a machine that has compiled them says nothing, whatever guard path a later process takes;
+`python -m refvault.guard.warm` compiles every kernel; no writable cache directory still works."""
 
 from __future__ import annotations
 
@@ -19,54 +19,67 @@ from numba.core import event
 from refvault.guard import compiling, kernels  # noqa: F401  (kernels: made, so compiling.kernels() holds them)
 
 NOTICE = "refvault: compiling the leak guard's kernels for this machine"
+COMPILED = "refvault: compiled the leak guard's kernels in "
+INLINED = {"_fmix64", "_filter_word_bits", "_segment_filter_word_bits", "_lower_bound"}  # never compiled alone
 
-# A guard check on a small request carrying one protected excerpt, then every other kernel (warm); prints the
-# number of findings, how many kernels have no compiled signature (inlined helpers excepted) and warm's summary.
+# One guard check on a small request carrying a protected excerpt; prints the number of findings and the kernels
+# (inlined helpers excepted) that have no compiled signature afterwards.
 CHECK = textwrap.dedent(
     """
     from refvault.guard import LeakGuard, compiling
-    from refvault.guard.warm import warm
 
-    report = " ".join(f"deploy {i} of the payments service failed its health check in zone {i % 3}" for i in range(40))
+    line = "deploy {} of the payments service failed its health check in zone {}"
+    report = " ".join(line.format(i, i % 3) for i in range(40))
     guard = LeakGuard()
     guard.protect("art_report", report)
     findings = guard.scan({"messages": [{"role": "user", "content": "see: " + report[500:900]}]})
-    summary = warm().summary()
-    inlined = {"_fmix64", "_filter_word_bits", "_segment_filter_word_bits", "_lower_bound"}
-    never = [k.py_func.__name__ for k in compiling.kernels() if not k.signatures and k.py_func.__name__ not in inlined]
-    print(len(findings), never)
-    print(summary)
+    names = [k.py_func.__name__ for k in compiling.kernels() if not k.signatures]
+    print(len(findings), [name for name in names if name not in INLINED])
+    """
+).replace("INLINED", repr(sorted(INLINED)))
+
+# Another path: other parameters, no piece arm, protecting in one batch, a base64 payload in a tool result.
+OTHER = textwrap.dedent(
+    """
+    import base64
+    from refvault.guard import LeakGuard
+
+    secret = bytes(range(256)) * 8
+    guard = LeakGuard(min_match=32, size_threshold=1 << 20, piece_min=None)
+    guard.protect_many([("art_blob", secret), ("art_text", "the quarterly numbers, not yet public " * 20)])
+    output = base64.b64encode(secret[:900]).decode()
+    print(len(guard.scan({"input": [{"type": "function_call_output", "output": output}]})))
     """
 )
 
 
-def _run(cache: Path) -> subprocess.CompletedProcess[str]:
+def _run(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
-    return subprocess.run(
-        [sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, check=True, timeout=600
-    )
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, check=True, timeout=600)
 
 
 @pytest.mark.slow
-def test_first_guard_check_on_a_fresh_machine_says_it_compiles_once_and_the_next_process_says_nothing(
+def test_a_fresh_machine_compiles_every_kernel_in_the_first_process_saying_so_before_and_after_and_no_other(
     tmp_path: Path,
 ) -> None:
     cache = tmp_path / "numba-cache"
-    first = _run(cache)
-    assert first.stderr.count(NOTICE) == 1  # once, though the check and then warm compile many kernels
-    (line,) = [line for line in first.stderr.splitlines() if NOTICE in line]
-    assert str(cache) in line
-    assert "once, about" in line
-    found, summary = first.stdout.splitlines()
-    assert found == "1 []"  # the excerpt is found; warm compiled every kernel that is not inlined
-    assert summary.startswith("refvault: compiled the leak guard's kernels")
+    first = _run(cache, "-c", CHECK)
+    assert first.stdout.splitlines() == ["1 []"]  # the excerpt is found; every kernel that is not inlined compiled
+    before, after = first.stderr.splitlines()  # two lines, nothing else
+    assert before.startswith(NOTICE)
+    assert "once, about" in before
+    assert after.startswith(COMPILED)
+    for line in (before, after):
+        assert str(cache) in line
 
-    second = _run(cache)
-    assert NOTICE not in second.stderr
-    found, summary = second.stdout.splitlines()
-    assert found.startswith("1 ")
-    assert summary.startswith("refvault: the leak guard's kernels were already compiled")
-    assert str(cache) in summary
+    other = _run(cache, "-c", OTHER)  # a different guard path, in a new process: everything is cached
+    assert other.stderr == ""
+    assert other.stdout.splitlines() == ["1"]
+
+    warmed = _run(cache, "-m", "refvault.guard.warm")
+    assert warmed.stderr == ""
+    assert warmed.stdout.startswith("refvault: the leak guard's kernels were already compiled; loaded in ")
+    assert str(cache) in warmed.stdout
 
 
 def _compile_event(dispatcher: Any) -> None:
@@ -156,3 +169,97 @@ def test_a_numba_error_other_than_a_missing_cache_directory_is_not_swallowed(mon
     monkeypatch.setattr(numba, "njit", broken)
     with pytest.raises(RuntimeError, match="something else"):
         compiling.kernel()(lambda x: x)
+
+
+# -- compile_all: once per process, the work before, the line after ----------------------------------------------------
+
+
+@pytest.fixture
+def said(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """This process has made no guard, compiled nothing and announced nothing yet; the lines it says from now on."""
+    monkeypatch.setattr(compiling, "_announced", False)
+    monkeypatch.setattr(compiling, "_compiles", 0)
+    monkeypatch.setattr(compiling, "_all_state", "todo")
+    monkeypatch.setattr(compiling, "_all_seconds", 0.0)
+    lines: list[str] = []
+    monkeypatch.setattr(compiling, "_say", lines.append)
+    return lines
+
+
+@pytest.mark.usefixtures("said")
+def test_compile_all_runs_every_kernel_once_per_process_even_when_the_guard_it_makes_calls_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs: list[Any] = []
+
+    def exercise(make_guard: Any) -> None:
+        runs.append(make_guard)
+        compiling.compile_all(make_guard)  # what the guard made by the run does from its constructor
+
+    monkeypatch.setattr(compiling, "_exercise", exercise)
+    compiling.compile_all(object)
+    compiling.compile_all(object)
+    assert runs == [object]
+    assert compiling._all_state == "done"
+
+
+def test_a_run_that_compiles_says_so_before_the_first_compile_and_once_after(
+    monkeypatch: pytest.MonkeyPatch, said: list[str]
+) -> None:
+    kernel = compiling.kernels()[0]
+
+    def exercise(make_guard: Any) -> None:
+        for each in compiling.kernels()[:3]:
+            _compile_event(each)
+
+    monkeypatch.setattr(compiling, "_exercise", exercise)
+    compiling.compile_all(object)
+    before, after = said
+    assert before == compiling.notice(kernel.stats.cache_path)
+    assert after.startswith(COMPILED)
+    assert after.endswith(f"; cached in {kernel.stats.cache_path}")
+
+
+def test_a_run_that_only_loads_from_the_cache_says_nothing(monkeypatch: pytest.MonkeyPatch, said: list[str]) -> None:
+    monkeypatch.setattr(compiling, "_exercise", lambda make_guard: None)
+    compiling.compile_all(object)
+    assert said == []
+    assert compiling._all_state == "done"
+
+
+@pytest.mark.usefixtures("said")
+def test_with_no_writable_cache_directory_a_guard_does_not_compile_every_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    runs: list[Any] = []
+    monkeypatch.setattr(compiling, "_exercise", runs.append)
+    monkeypatch.setattr(compiling, "_uncached", {id(compiling.kernels()[0])})
+    compiling.compile_all(object, when_uncached=False)  # what a guard's constructor asks
+    assert runs == []
+    compiling.compile_all(object)  # what `python -m refvault.guard.warm` asks
+    assert runs == [object]
+
+
+@pytest.mark.usefixtures("said")
+def test_the_first_guard_made_in_a_process_runs_every_kernel_before_it_is_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from refvault.guard import LeakGuard
+
+    runs: list[Any] = []
+    monkeypatch.setattr(compiling, "_exercise", runs.append)
+    LeakGuard(min_match=32)
+    LeakGuard()
+    assert runs == [LeakGuard]
+
+
+@pytest.mark.parametrize(("compiled", "printed"), [(0, True), (12, False)])
+def test_warm_prints_its_summary_only_when_nothing_compiled(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], compiled: int, printed: bool
+) -> None:
+    from refvault.guard import warm as warming
+
+    warmed = warming.Warmed(0.2, compiled, 12, "/cache")
+    monkeypatch.setattr(warming, "warm", lambda: warmed)
+    assert warming.main() == 0
+    assert capsys.readouterr().out == (warmed.summary() + "\n" if printed else "")

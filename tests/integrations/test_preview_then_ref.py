@@ -49,10 +49,12 @@ def _id(text: str) -> str:
     return found.group()
 
 
-def _plan(last_tool: str) -> object:
+def _plan(last_tool: str, reader: str = "read_artifact") -> object:
     def plan(results: list[str]) -> list[Call] | None:
         if not results:
             return [("fetch_logs", {"service": "api"})]
+        if len(results) == 1 and reader == "load_artifacts":
+            return [("load_artifacts", {"artifact_ids": [_id(results[0])]})]
         if len(results) == 1:
             return [("read_artifact", {"artifact_id": _id(results[0]), "lines": [0, 20]})]
         if len(results) == 2:
@@ -62,10 +64,11 @@ def _plan(last_tool: str) -> object:
     return plan
 
 
+@pytest.mark.parametrize("reader", ["read_artifact", "load_artifacts"])
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_preview_read_and_ref_of_one_artifact_are_sent(framework: str) -> None:
+def test_preview_read_and_ref_of_one_artifact_are_sent(framework: str, reader: str) -> None:
     box = _box()
-    run = drive(framework, box, SCOPE, _plan("count_errors"))  # type: ignore[arg-type]
+    run = drive(framework, box, SCOPE, _plan("count_errors", reader))  # type: ignore[arg-type]
     assert run.error is None, f"{framework}: {run.error}"
     assert '"offloaded"' in run.results[0]
     assert "api line 0 status=500" in run.results[0]

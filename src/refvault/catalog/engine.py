@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from refvault.catalog.macs import KEY_FILE, ManifestKeys
-from refvault.errors import InvalidArgument
+from refvault.errors import InvalidArgument, StorageError
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,37 @@ def default_keys(target: sa.engine.URL, *, create: bool = True) -> ManifestKeys:
         return ManifestKeys.from_environment()
     if not target.database or target.database == ":memory:":
         return ManifestKeys.ephemeral()
-    return ManifestKeys.for_store(Path(target.database).parent / KEY_FILE, create=create)
+    database = Path(target.database)
+    return ManifestKeys.for_store(database.parent / KEY_FILE, create=create, signed=lambda: signed_rows(database))
+
+
+def signed_rows(database: Path) -> tuple[int, int]:
+    """How many artifact and derivation rows of the SQLite catalog ``database`` carry a MAC; writes nothing.
+
+    ``(0, 0)`` for an empty file or a catalog written before manifest MACs (no ``mac`` column). Opened
+    as a read-only catalog is (:func:`sqlite_read_only_uri`, else ``query_only``). Asked only when the
+    key file is missing, to refuse replacing a lost key (:meth:`ManifestKeys.for_store`).
+    """
+    import sqlite3
+
+    from refvault.catalog.schema import artifacts, derivations
+
+    uri = sqlite_read_only_uri(database)
+    counts = []
+    try:
+        conn = sqlite3.connect(uri, uri=True) if uri is not None else sqlite3.connect(database)
+        try:
+            conn.execute("PRAGMA query_only=ON")
+            tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            for table in (artifacts.name, derivations.name):
+                columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")} if table in tables else ()
+                query = f"SELECT count(*) FROM {table} WHERE mac IS NOT NULL AND mac <> ''"
+                counts.append(conn.execute(query).fetchone()[0] if "mac" in columns else 0)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise StorageError(f"cannot read the catalog to check its signed rows: {type(exc).__name__}") from None
+    return counts[0], counts[1]
 
 
 def checked_url(url: str | sa.engine.URL) -> sa.engine.URL:
@@ -60,14 +90,23 @@ def sqlite_read_only_uri(path: Path) -> str | None:
 
     Where the directory can be written, a plain read-only open (``mode=ro``) may still create SQLite's
     ``-wal``/``-shm`` companions, so there the catalog opens the file as usual and refuses every write
-    itself (``PRAGMA query_only``, :func:`sqlite_connect_read_only`); this returns None. On read-only
-    media it is ``mode=ro``, and ``immutable=1`` when there is no ``-wal`` file (no writer has the
-    database open and none can, so SQLite needs no ``-shm`` to read it).
+    itself (``PRAGMA query_only``, :func:`sqlite_connect_read_only`); this returns None. Where it cannot be
+    written it is ``mode=ro``, which still sees a writer's changes (through the writer's ``-shm``). Only on a
+    read-only file system with no ``-wal`` file is it also ``immutable=1`` (SQLite then needs no ``-shm`` and
+    reads the file as a fixed snapshot): no writer has the database open, and none on this side of the mount
+    can. A directory merely not writable by this user is never opened immutable: its owner may be writing.
     """
     if os.access(path.parent, os.W_OK):
         return None
-    immutable = "" if os.path.lexists(f"{path}-wal") else "&immutable=1"
-    return f"{path.absolute().as_uri()}?mode=ro{immutable}"
+    frozen = _read_only_file_system(path.parent) and not os.path.lexists(f"{path}-wal")
+    return f"{path.absolute().as_uri()}?mode=ro{'&immutable=1' if frozen else ''}"
+
+
+def _read_only_file_system(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def sqlite_connect_read_only(dbapi_connection: Any, _record: Any) -> None:

@@ -38,7 +38,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -189,11 +189,16 @@ class ManifestKeys:
         return cls(KeyRing.generate(now=datetime.now(UTC), grace=timedelta(0)))
 
     @classmethod
-    def for_store(cls, path: Path, *, create: bool = True) -> ManifestKeys:
+    def for_store(
+        cls, path: Path, *, create: bool = True, signed: Callable[[], tuple[int, int]] | None = None
+    ) -> ManifestKeys:
         """The ring in the file ``path`` of an embedded store, created there (0600) if there is none.
 
-        Without ``create`` (a store opened read-only) nothing is written: a missing file is a
-        :class:`StorageError`.
+        ``signed`` counts the catalog's rows that carry a MAC (artifacts, derivations). A ring is
+        created only for a catalog with none (a fresh store, or one written before manifest MACs):
+        were the file lost, a new key would make every signed row fail verification, so a missing
+        file with signed rows is a :class:`StorageError` saying to restore it. Without ``create``
+        (a store opened read-only) nothing is written: a missing file is a :class:`StorageError`.
         """
         from refvault.keyring import KeyRing
 
@@ -203,11 +208,14 @@ class ManifestKeys:
             try:
                 ring = KeyRing.load(path, what=_WHAT)
             except FileNotFoundError:
+                _refuse_lost_key(path, signed)
                 raise StorageError(
-                    f"the store has no manifest key file ({path.name}) and was opened read-only: "
-                    "open it once for writing (refvault migrate) to create one"
+                    f"the store has no manifest key file ({path.name}) yet and was opened read-only: "
+                    "'refvault migrate' (an open for writing) creates it"
                 ) from None
             return cls(ring, path=path, seen=seen, source=str(path))
+        if seen is None and not path.is_symlink():
+            _refuse_lost_key(path, signed)
         ring = KeyRing.load_or_create(path, now=datetime.now(UTC), grace=timedelta(0), what=_WHAT)
         return cls(ring, path=path, seen=seen, source=str(path))
 
@@ -388,6 +396,21 @@ class ManifestKeys:
         if not hmac.compare_digest(expected, given):
             return f"{row} does not match its MAC (altered or forged)"
         return None
+
+
+def _refuse_lost_key(path: Path, signed: Callable[[], tuple[int, int]] | None) -> None:
+    """:class:`StorageError` if the catalog holds rows signed with the missing key file ``path``."""
+    artifacts, derived = signed() if signed is not None else (0, 0)
+    if artifacts or derived:
+        rows = (
+            f"{artifacts:,} artifact{'s are' if artifacts != 1 else ' is'}"
+            if artifacts
+            else (f"{derived:,} derived-data record{'s are' if derived != 1 else ' is'}")
+        )
+        raise StorageError(
+            f"the manifest key file {path.name} is missing but {rows} signed with it: restore it from a backup"
+            " of the store (a new key would make every signed row fail verification)"
+        )
 
 
 def derivation_error(problem: str) -> IntegrityError:

@@ -6,7 +6,7 @@
     refvault show ID                        print a descriptor
     refvault cat ID                         write the verified bytes to stdout
     refvault ls                             list the scope's artifacts, newest first
-    refvault read ID [--lines A B|--grep P] a verified text window or the matching lines
+    refvault read ID [--lines A B|--grep P] a verified text window or the matching lines (--from-line N)
     refvault query ID [--where JSON ...]    select records; --cursor pages on
     refvault rm ID                          delete an artifact (its bytes go at the next gc)
     refvault verify                         re-hash every blob; exit 1 on any damage
@@ -31,14 +31,23 @@ Conventions:
   ``serve``, ``mcp proxy`` (and ``demo --store``); they say ``created a new store
   at PATH`` on stderr. The others exit 1 with ``no refvault store at PATH`` when
   the location holds no ``catalog.db`` (a mistyped ``--store`` creates nothing).
+  No command creates a store in a non-empty directory that holds none
+  (:func:`refvault.vault.location.check_store_location`).
 * Commands that only read (``ls``, ``show``, ``cat``, ``read``, ``query``,
   ``verify``, ``gc --dry-run``, ``keys list``, ``manifest-key show``) open the
   store read-only: they write nothing (no migration, no key file; SQLite's own
   ``-wal``/``-shm`` files come and go beside ``catalog.db``) and work on
   read-only media. A catalog written by an older refvault is upgraded by the
   first command that writes (``refvault migrate``).
-* ``--tenant/--user/--session`` (on put, show, cat, ls, rm) form the read
-  scope; they default to ``$REFVAULT_TENANT`` etc., else ``local``.
+* ``--tenant/--user/--session`` (on put, show, cat, ls, rm, read, query) form
+  the read scope; they default to ``$REFVAULT_TENANT`` etc., else ``local``.
+  "Not found" names the scope used (``not found in scope t/u/s``) and how to
+  choose another, and never whether the id exists in another scope.
+* ``read`` and ``query`` print what they cover, and the options that continue
+  (``--from-line N``, ``--lines A B``, ``--bytes O L``, ``--cursor C``), on
+  stderr. On a terminal, ``read`` shows control characters of the text (other
+  than newlines and tabs) escaped, so an artifact cannot drive the terminal;
+  piped, it writes the text as it is; ``cat`` always writes the raw bytes.
 * ``--json`` on every command prints machine-readable output: descriptors as
   ``Descriptor.to_dict()``, lists as arrays, reports as objects. The outermost
   object (or each object of an outermost array) keeps its fields in their

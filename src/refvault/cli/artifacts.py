@@ -238,7 +238,7 @@ def show(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: 
     """Print the descriptor of artifact ID."""
     scope = Scope(tenant, user, session)
     check_artifact_id(artifact_id)
-    with opened(ctx, read_only=True) as vault:
+    with opened(ctx, read_only=True, scope=scope) as vault:
         descriptor = vault.describe(scope, artifact_id)
     _show_descriptor(descriptor, as_json)
 
@@ -265,7 +265,7 @@ def cat(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: s
     scope = Scope(tenant, user, session)
     check_artifact_id(artifact_id)
     out = sys.stdout.buffer
-    with opened(ctx, read_only=True) as vault:
+    with opened(ctx, read_only=True, scope=scope) as vault:
         descriptor = vault.describe(scope, artifact_id) if as_json else None
         with vault.stream(scope, artifact_id) as stream:
             if descriptor is None:
@@ -349,7 +349,7 @@ def rm(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: st
     """Delete artifact ID. Its bytes are removed by a later gc once nothing references them."""
     scope = Scope(tenant, user, session)
     check_artifact_id(artifact_id)
-    with opened(ctx) as vault:
+    with opened(ctx, scope=scope) as vault:
         vault.delete(scope, artifact_id)
     if as_json:
         print_json({"artifact_id": artifact_id, "deleted": True})

@@ -11,17 +11,21 @@ helper that needs them runs.
   :class:`~refvault.errors.RefvaultError`.
 * :func:`open_store` opens a vault and names the store in its error; :func:`opened` is the command's store
   (``--store``, else ``$REFVAULT_STORE``, else ``./.refvault``), which must exist unless ``create`` (then
-  ``created a new store at PATH`` goes to stderr); commands that only read open it ``read_only``.
+  ``created a new store at PATH`` goes to stderr); commands that only read open it ``read_only``. Given the
+  command's ``scope``, an artifact not found names that scope and how to choose another (never whether the
+  id exists elsewhere).
 * :func:`print_json` prints the outermost object's fields in their defined order and sorts every nested
   dict's keys; :func:`descriptor_json` is ``Descriptor.to_dict()`` in that form.
 * :func:`make_console` is a rich console, wide off a terminal; :func:`text` is caller-supplied text shown
-  literally (no markup, no control characters).
+  literally (no markup, no control characters); :func:`for_terminal` is artifact text with its control
+  characters escaped (all but newlines and tabs), for a terminal.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,9 +33,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 import click
 
-from refvault.cli.options import store_location
-from refvault.errors import InvalidArgument, RefvaultError
-from refvault.model import Descriptor
+from refvault.cli.options import SCOPE_PARTS, store_location
+from refvault.errors import InvalidArgument, NotFound, RefvaultError, shown_id
+from refvault.model import Descriptor, Scope
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -46,10 +50,12 @@ __all__ = [
     "cli_error",
     "descriptor_json",
     "error_message",
+    "for_terminal",
     "human_size",
     "make_console",
     "is_new_store",
     "no_store",
+    "not_found",
     "open_store",
     "opened",
     "plural",
@@ -130,14 +136,28 @@ def read_only_media(ctx: click.Context) -> bool:
     return "://" not in location and os.path.isdir(location) and not os.access(location, os.W_OK)
 
 
+def not_found(exc: NotFound, scope: Scope) -> CliError:
+    """ "Not found" naming the scope the command used and how to choose another; nothing about other scopes."""
+    options = "/".join(f"--{part}" for part in SCOPE_PARTS)
+    variables = "/".join(f"$REFVAULT_{part.upper()}" for part in SCOPE_PARTS)
+    return CliError(
+        f"artifact {shown_id(exc.artifact_id)} not found in scope {scope.tenant}/{scope.user}/{scope.session}"
+        f" (choose the scope with {options} or {variables})",
+        type(exc).__name__,
+    )
+
+
 @contextmanager
-def opened(ctx: click.Context, *, create: bool = False, read_only: bool = False) -> Iterator[Vault]:
+def opened(
+    ctx: click.Context, *, create: bool = False, read_only: bool = False, scope: Scope | None = None
+) -> Iterator[Vault]:
     """The command's vault.
 
     Unless ``create``, a location without a store is an error (:func:`no_store`), not a new store; with
     ``create``, a new store is made and ``created a new store at PATH`` goes to stderr. ``read_only``
     (for the commands that only read) opens the store without writing anything: it works on read-only
-    media and leaves the store's files as they were.
+    media and leaves the store's files as they were. With the command's ``scope``, a
+    :class:`~refvault.errors.NotFound` raised in the block becomes :func:`not_found`.
     """
     location = store_location(ctx)
     new = is_new_store(location)
@@ -146,7 +166,12 @@ def opened(ctx: click.Context, *, create: bool = False, read_only: bool = False)
     with open_store(location, read_only=read_only) as vault:
         if new:
             click.echo(f"created a new store at {location}", err=True)
-        yield vault
+        try:
+            yield vault
+        except NotFound as exc:
+            if scope is None:
+                raise
+            raise not_found(exc, scope) from None
 
 
 # -- JSON output -------------------------------------------------------------------
@@ -203,6 +228,19 @@ def text(value: object, style: str = "") -> Text:
     raw = "—" if value is None else str(value)
     safe = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in raw)
     return Text(safe, style=style)
+
+
+# C0 and C1 control characters and DEL, except tab, newline and a carriage return that ends a line (CRLF).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+
+
+def for_terminal(value: str) -> str:
+    """``value`` with every control character but ``\\t``, ``\\n`` and CRLF's ``\\r`` escaped (``\\x1b``).
+
+    Text from an artifact can hold escape sequences that act on a terminal (OSC 52 sets the clipboard,
+    others retitle the window or hide text); escaped, they are shown, never run. Everything else is unchanged.
+    """
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", value)
 
 
 def human_size(size: int) -> str:

@@ -21,6 +21,8 @@ Invariants (tested in ``tests/demo/test_demo.py``):
 * without ``--store`` the run leaves nothing behind; a kept store can be run again and passes again;
 * without the ``mcp`` extra step 4 fails with a message naming ``pip install 'refvault[mcp]'`` (no traceback),
   and the other steps still run and pass.
+* step 4's MCP server is part of the package (:mod:`refvault.demo.incident_mcp_server`, run with this
+  Python as ``-m``), so the demo runs from a plain ``pip install 'refvault[mcp]'``, from any directory.
 """
 
 from __future__ import annotations

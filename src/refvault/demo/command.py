@@ -37,9 +37,9 @@ def demo(ctx: click.Context, as_json: bool) -> None:
     and an evidence report (--json: the same as one JSON document).
 
     The store is a temporary directory, removed afterwards, unless --store is
-    given (kept). Step 4 needs the mcp extra (pip install 'refvault[mcp]')
-    and a source checkout (it runs examples/incident_mcp_server.py). Exits 1
-    if any step's check fails.
+    given (kept). Step 4 needs the mcp extra (pip install 'refvault[mcp]'):
+    it runs the MCP server installed with refvault (python -m
+    refvault.demo.incident_mcp_server). Exits 1 if any step's check fails.
     """
     from refvault.demo import run_demo
     from refvault.guard.warm import warm

@@ -36,7 +36,6 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from refvault.cli.console import plural
@@ -60,7 +59,7 @@ from refvault.scripted import ScriptedRun, Seen, Turn, answer, call, calls, mcp_
 from refvault.toolbox import Ref, Toolbox, ToolContext
 from refvault.vault import Vault
 
-__all__ = ["SCOPE", "Check", "Conclusion", "Investigation", "Step", "investigate", "server_path"]
+__all__ = ["SCOPE", "Check", "Conclusion", "Investigation", "Step", "investigate", "server_command"]
 
 SCOPE = Scope("acme", "oncall", "incident-20261106")
 RUN_ID = "run_incident_20261106"
@@ -500,11 +499,13 @@ async def _step_pinned(ctx: _Context, step: Step) -> Check:
     return Check(ok, detail, facts)
 
 
-def server_path() -> Path:
-    """``examples/incident_mcp_server.py`` of the source checkout this refvault runs from."""
-    import refvault
+SERVER_MODULE = "refvault.demo.incident_mcp_server"
 
-    return Path(refvault.__file__).resolve().parents[2] / "examples" / "incident_mcp_server.py"
+
+def server_command() -> tuple[str, ...]:
+    """How step 4 starts its MCP server: this Python running the server module installed with refvault (no
+    source checkout, no working directory needed)."""
+    return (sys.executable, "-m", SERVER_MODULE)
 
 
 def _has_fileno(stream: Any) -> bool:
@@ -520,18 +521,11 @@ async def _step_screenshot(ctx: _Context, step: Step) -> Check:
         gateway_module = importlib.import_module("refvault.integrations.mcp.gateway")
     except ImportError as exc:
         return Check(False, f"step 4 needs the MCP SDK, which is not installed ({exc}): {MCP_INSTALL}")
-    path = server_path()
-    if not path.is_file():
-        return Check(
-            False,
-            f"step 4 runs the MCP server examples/incident_mcp_server.py, which is not at {path}: run the demo "
-            "from a source checkout (pip install -e '.[mcp]' there)",
-        )
     prompt = "Grab a screenshot of the checkout error-rate panel for eu-west for the incident record."
-    step.note(f"the harness starts {path.name} as an MCP server over stdio, behind refvault's gateway")
+    step.note(f"the harness starts {SERVER_MODULE} as an MCP server over stdio, behind refvault's gateway")
     # The server's stderr must be a real file: under a capturing stream (click's CliRunner) use the process's own.
     errlog = sys.stderr if _has_fileno(sys.stderr) else sys.__stderr__
-    upstream = gateway_module.Upstream(command=(sys.executable, str(path)), errlog=errlog)
+    upstream = gateway_module.Upstream(command=server_command(), errlog=errlog)
     async with gateway_module.open_gateway(ctx.vault, SCOPE, upstream) as gateway:
         with ctx.run.attached(await mcp_tools(gateway)):
             await step.converse(ctx.run, prompt, [_screenshot, _conclude_screenshot])

@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from refvault.errors import ContextLeak, InvalidArgument
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
-
     from refvault.contract import VaultContract
     from refvault.guard.guard import Finding, Policy
     from refvault.model import Scope
@@ -51,8 +49,9 @@ class Guard(RequestChecker, Protocol):
     """A checker that also learns what to protect: what a Toolbox holds as ``box.guard``.
 
     The Toolbox calls :meth:`protect` with every value a tool reads by reference and
-    :meth:`exempt_payload` with each image ``load_artifacts`` hands the model and :meth:`exempt_disclosed`
-    with each text it shows the model of model-disclosed artifacts; its users call the rest.
+    :meth:`exempt_payload` with each image ``load_artifacts`` hands the model; its users call the rest.
+    If the guard also has ``exempt_disclosed(text, artifact_ids)`` (``LeakGuard`` does), the Toolbox tells it
+    each text it shows the model of model-disclosed artifacts; a guard without it is simply not told.
     """
 
     def protect(self, artifact_id: str, data: bytes | str) -> None: ...
@@ -60,8 +59,6 @@ class Guard(RequestChecker, Protocol):
     def protect_scope(self, vault: VaultContract, scope: Scope) -> int: ...
 
     def exempt_payload(self, payload: str) -> None: ...
-
-    def exempt_disclosed(self, text: str, artifact_ids: Iterable[str]) -> None: ...
 
     def new_run(self) -> None: ...
 

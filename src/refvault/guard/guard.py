@@ -17,6 +17,7 @@ import numpy as np
 
 from refvault.errors import ContextLeak, InvalidArgument, InvalidType
 from refvault.guard.base64_scan import base64_runs
+from refvault.guard.compiling import compile_all
 from refvault.guard.findings import EVENT, Finding, Policy, event_line, marker
 from refvault.guard.fingerprints import MIN_MATCH_RANGE, FingerprintIndex, Match, Params
 from refvault.guard.folding import fold
@@ -116,6 +117,7 @@ class LeakGuard:
         self._admitted: dict[bytes, None] = {}  # digests of payloads admitted past the size arm (insertion order)
         self._disclosed: dict[bytes, frozenset[str]] = {}  # digest of a text shown the model -> artifacts it shows
         self._pending: dict[tuple[str, bytes], threading.Event] = {}  # being added by some thread
+        compile_all(LeakGuard, when_uncached=False)  # the first guard in a process: every kernel, compiled once
 
     # -- protecting ------------------------------------------------------------------------------------------------
 

@@ -1,27 +1,24 @@
 """Compile the leak guard's kernels ahead of time: ``python -m refvault.guard.warm``.
 
-Runs a small guard through every path that reaches a kernel (protecting in two batches that merge, a scan that
-meets boilerplate held by many artifacts, a base64 run, the piece arm), so that later processes on this machine
-load every kernel from numba's cache and compile nothing. The Makefile's install steps run it, and so do
-``refvault demo`` and ``refvault eval`` before they start (with the kernels cached this only loads them).
+Runs a small guard through every path that reaches a kernel (:func:`refvault.guard.compiling.compile_all`, what
+the first guard of any process does too), so that later processes on this machine load every kernel from numba's
+cache and compile nothing. The Makefile's install steps run it, and so do ``refvault demo`` and ``refvault eval``
+before they start (so a first compile is said before their transcript; with the kernels cached this only loads
+them).
 
-Invariants: when it compiles, the first compile says so first, in one line (:mod:`refvault.guard.compiling`);
-``main`` then prints one line saying what it did (compiled how many kernels, or found them all cached), how long
-it took and where the cache is. It protects and scans generated letters only; it touches no store.
+Invariants: when it compiles, one line says so before and one after (:mod:`refvault.guard.compiling`); when
+nothing needed compiling, ``main`` prints one line saying the kernels were already compiled, how long loading
+took and where the cache is. It protects and scans generated letters only; it touches no store.
 Warming for a read-only install has to run as the user who runs refvault (their cache directory is used
 then) or with ``NUMBA_CACHE_DIR`` set to a directory they share.
 """
 
 from __future__ import annotations
 
-import base64
 import sys
-import time
 from typing import NamedTuple
 
-import numpy as np
-
-from refvault.guard.compiling import kernels
+from refvault.guard.compiling import compile_all, kernels
 from refvault.guard.guard import LeakGuard
 
 __all__ = ["Warmed", "main", "warm"]
@@ -43,32 +40,10 @@ class Warmed(NamedTuple):
         return f"refvault: the leak guard's kernels were already compiled; loaded in {self.seconds:.1f} s ({where})"
 
 
-def _exercise() -> None:
-    """One guard, every kernel: two batches of equal size (their index segments merge) and a small one (a second
-    segment), boilerplate that 80 artifacts hold (hot fingerprints), an excerpt of it in a request beside a base64
-    run, and the piece arm."""
-    rng = np.random.default_rng(0)
-
-    def letters(n: int) -> bytes:
-        return rng.integers(97, 123, n, dtype=np.uint8).tobytes()
-
-    boilerplate = letters(160)
-    first = [(f"art_warm_a{i:03d}", boilerplate + letters(240)) for i in range(80)]
-    guard = LeakGuard()
-    guard.protect_many(first)
-    guard.protect_many((f"art_warm_b{i:03d}", letters(400)) for i in range(80))
-    guard.protect_many((f"art_warm_c{i:03d}", letters(400)) for i in range(10))  # a segment of its own
-    excerpt = first[0][1][40:360].decode()
-    encoded = base64.b64encode(letters(300)).decode()
-    request = {"messages": [{"role": "user", "content": f"{excerpt} and {encoded}"}]}
-    guard.scan(request)
-
-
 def warm() -> Warmed:
-    """Compile (or load from the cache) every kernel of the leak guard in this process."""
-    began = time.perf_counter()
-    _exercise()
-    seconds = time.perf_counter() - began
+    """Compile (or load from the cache) every kernel of the leak guard in this process (:func:`compile_all`; a
+    no-op if this process has made a guard already, which did it)."""
+    seconds = compile_all(LeakGuard)
     compiled = loaded = 0
     cache_dir: str | None = None
     for dispatcher in kernels():
@@ -80,8 +55,10 @@ def warm() -> Warmed:
 
 
 def main() -> int:
-    """``python -m refvault.guard.warm``: warm, and print what it did."""
-    print(warm().summary(), flush=True)
+    """``python -m refvault.guard.warm``: warm; if nothing compiled (which says so itself), print that."""
+    warmed = warm()
+    if not warmed.compiled:
+        print(warmed.summary(), flush=True)
     return 0
 
 

@@ -165,14 +165,12 @@ def _model_content(observation: Observation) -> Any:
     """The text, and for ``load_artifacts`` the loaded text and images as Pydantic AI content."""
     if not observation.parts:
         return observation.content
-    texts = [observation.content]
-    images: list[BinaryContent] = []
-    for part in observation.parts:
-        if part.get("type") == "image":
-            images.append(BinaryContent(data=base64.b64decode(part["data"]), media_type=part["media_type"]))
-        elif part.get("type") == "text":
-            texts.append(part["text"])
-    text = "\n\n".join(texts)
+    images = [
+        BinaryContent(data=base64.b64decode(part["data"]), media_type=part["media_type"])
+        for part in observation.parts
+        if part.get("type") == "image"
+    ]
+    text = observation.joined_text()
     return [text, *images] if images else text
 
 

@@ -176,6 +176,24 @@ def _load_content(vault: VaultContract, scope: Scope, artifact_id: str) -> tuple
     )
 
 
+def loaded_ids(summary: str) -> set[str]:
+    """The ids a ``load_artifacts`` summary (its observation's JSON content) says were loaded."""
+    try:
+        results = json.loads(summary).get("results", [])
+    except (ValueError, AttributeError):
+        return set()
+    return {str(r["artifact_id"]) for r in results if isinstance(r, dict) and r.get("status") == "loaded"}
+
+
+def text_part_owner(part: Mapping[str, Any], loaded: set[str]) -> str | None:
+    """The loaded artifact a ``load_artifacts`` text part shows (each begins ``[<id>] ``), else None."""
+    text = part.get("text") if part.get("type") == "text" else None
+    if not isinstance(text, str) or not text.startswith("["):
+        return None
+    owner = text[1 : text.find("]")]
+    return owner if owner in loaded else None
+
+
 def load(vault: VaultContract, scope: Scope, artifact_ids: list[str]) -> LoadedContent:
     """Load several artifacts concurrently; one failing id yields an error entry for that id, not a failed call."""
     if not artifact_ids:

@@ -12,8 +12,10 @@ Invariants (tested in ``tests/toolbox/``):
   only: an exception message can carry resolved content, so it is never
   echoed. Bad Ref arguments give :class:`~refvault.errors.BadRef`, whose
   message names the id and nothing else.
-* Returning ``bytes`` or an :class:`Artifact` captures it; the observation
-  carries the descriptor summary, not the bytes.
+* Returning ``bytes`` or an :class:`Artifact` captures it, bytes unchanged,
+  under the media type given or else the one the bytes show
+  (:meth:`Artifact.stored_media_type`); the observation carries the
+  descriptor summary, not the bytes.
 * **Offload.** With the built-in read tools registered (the default), a
   result estimated above ``offload_tokens`` (20,000 by default, per tool if
   given) is captured with ``disclosure="model"`` and the observation is a
@@ -43,12 +45,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from refvault.errors import BadRef, InvalidArgument, InvalidType
+from refvault.errors import BadRef, InvalidArgument, InvalidType, RefvaultError
 from refvault.ids import is_artifact_id
 from refvault.limits import DEFAULT_OFFLOAD_TOKENS, MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS
 from refvault.limits import DEFAULT_PREVIEW_CHARS as DEFAULT_PREVIEW_CHARS  # re-exported, as before
 from refvault.model import Descriptor, Scope
-from refvault.toolbox.builtin import LoadedContent
+from refvault.toolbox.builtin import LoadedContent, loaded_ids, text_part_owner
 from refvault.toolbox.definition import Tool, build_tool, validation_message
 from refvault.toolbox.invocation import (
     ENCODER,
@@ -370,7 +372,6 @@ class Toolbox:
             except Exception as exc:
                 outcome = Outcome(failure=type(exc).__name__)
             else:
-                self._exempt_disclosed(prepared, content, captured, parts)
                 ids = tuple(d.artifact_id for d in captured)
                 self._record(
                     ToolEvent(
@@ -382,9 +383,11 @@ class Toolbox:
                         artifacts=ids,
                     )
                 )
-                return Observation(
+                observation = Observation(
                     prepared.tool_call_id, content, artifacts=tuple(artifact_summary(d) for d in captured), parts=parts
                 )
+                self._exempt_disclosed(prepared, observation, captured)
+                return observation
         self._record(
             ToolEvent(
                 "tool_failed",
@@ -401,28 +404,43 @@ class Toolbox:
         message = message or f"the tool raised {outcome.failure}"
         return Observation(prepared.tool_call_id, f"error: {message}", is_error=True)
 
-    def _exempt_disclosed(
-        self, prepared: Prepared, content: str, captured: list[Descriptor], parts: tuple[Any, ...]
-    ) -> None:
+    def _exempt_disclosed(self, prepared: Prepared, observation: Observation, captured: list[Descriptor]) -> None:
         """Tell the guard what this observation shows the model of model-disclosed artifacts, on purpose.
 
-        An offload preview shows the captured artifact; a content read tool's answer shows the artifacts it
-        read (they refuse sealed ones). When a tool later reads one of them by reference, the guard protects
-        it; these exact texts, already in the conversation, are then not leaks (``exempt_disclosed``).
+        An offload preview shows the artifact it captured; ``read_artifact`` and ``query_artifact`` show the
+        one artifact their ``artifact_id`` names; each text part of ``load_artifacts`` shows the artifact it
+        loaded (its ``[id]`` head), and the observation's joined text all of them. Nothing else counts: never
+        an id the model wrote elsewhere in its arguments, never a sealed artifact (the read tools refuse
+        them, and each id is checked again here). When a tool later reads one of them by reference the
+        guard protects it; these exact texts, already in the conversation, are then not leaks
+        (``exempt_disclosed``). A guard without ``exempt_disclosed`` is simply not told.
         """
-        guard = self.guard
-        if guard is None:
+        exempt = getattr(self.guard, "exempt_disclosed", None)
+        if exempt is None:
             return
-        if prepared.tool.builtin:
-            shown = _named_ids(prepared.kwargs) if prepared.tool.name in _CONTENT_READERS else set()
-        else:
-            shown = {d.artifact_id for d in captured if d.disclosure == "model"}
-        if not shown:
-            return
-        guard.exempt_disclosed(content, shown)
-        for part in parts:
-            if part.get("type") == "text":
-                guard.exempt_disclosed(str(part.get("text", "")), shown)
+        shown: list[tuple[str, set[str]]] = []
+        if not prepared.tool.builtin:
+            shown.append((observation.content, {d.artifact_id for d in captured if d.disclosure == "model"}))
+        elif prepared.tool.name in ("read_artifact", "query_artifact"):
+            artifact_id = prepared.kwargs.get("artifact_id")
+            if is_artifact_id(artifact_id) and self._model_disclosed(prepared.scope, artifact_id):
+                shown.append((observation.content, {artifact_id}))
+        elif prepared.tool.name == "load_artifacts":
+            loaded = {i for i in loaded_ids(observation.content) if self._model_disclosed(prepared.scope, i)}
+            for part in observation.parts:
+                owner = text_part_owner(part, loaded)
+                if owner is not None:
+                    shown.append((str(part["text"]), {owner}))
+            shown.append((observation.joined_text(), loaded))
+        for text, owners in shown:
+            if owners:
+                exempt(text, owners)
+
+    def _model_disclosed(self, scope: Scope, artifact_id: str) -> bool:
+        try:
+            return self.vault.describe(scope, artifact_id).disclosure == "model"
+        except RefvaultError:
+            return False
 
     def _render(self, outcome: Outcome, prepared: Prepared) -> tuple[str, list[Descriptor], tuple[Any, ...]]:
         result = outcome.value
@@ -434,7 +452,7 @@ class Toolbox:
             descriptor = self.vault.put(
                 prepared.scope,
                 result.data,
-                media_type=result.media_type,
+                media_type=result.stored_media_type(),
                 filename=result.filename,
                 disclosure=disclosure,
                 tool_call_id=prepared.tool_call_id,
@@ -469,12 +487,3 @@ class Toolbox:
             source=prepared.tool.name,
         )
         return content, captured, ()
-
-
-_CONTENT_READERS = frozenset({"read_artifact", "query_artifact", "load_artifacts"})  # built-ins that show content
-
-
-def _named_ids(arguments: Mapping[str, Any]) -> set[str]:
-    """The well-formed artifact ids among a call's arguments (a string, or a list of strings)."""
-    values = [v for value in arguments.values() for v in (value if isinstance(value, list) else [value])]
-    return {value for value in values if is_artifact_id(value)}

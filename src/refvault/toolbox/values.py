@@ -45,12 +45,29 @@ class ToolContext:
 
 @dataclass(frozen=True, slots=True)
 class Artifact:
-    """Return this (or plain ``bytes``) from a tool to capture output instead of sending it to the model."""
+    """Return this (or plain ``bytes``) from a tool to capture output instead of sending it to the model.
+
+    ``media_type=None`` (the default, and what plain ``bytes`` get) means "detect":
+    :meth:`stored_media_type` names the bytes with
+    :func:`refvault.content.text_kind.detect_media_type` (JSON Lines, JSON,
+    CSV, text, a binary signature such as PNG, else ``application/octet-stream``;
+    never an active type such as HTML or SVG). An explicit ``media_type`` is
+    stored as given, never sniffed over. Either way the stored bytes are exactly
+    ``data``; ``filename`` never chooses the type.
+    """
 
     data: bytes
-    media_type: str = "application/octet-stream"
+    media_type: str | None = None  # None: detected from the bytes (see stored_media_type)
     filename: str | None = None
     disclosure: Literal["model", "sealed"] | None = None  # None: sealed if any Ref input was sealed
+
+    def stored_media_type(self) -> str:
+        """The media type the artifact is stored under: the explicit one, else the one its bytes show."""
+        if self.media_type is not None:
+            return self.media_type
+        from refvault.content.text_kind import detect_media_type  # lazily: only a capture needs the sniffers
+
+        return detect_media_type(self.data, complete=True)
 
     def __repr__(self) -> str:
         return f"Artifact(<{len(self.data)} bytes>, media_type={self.media_type!r})"
@@ -65,6 +82,14 @@ class Observation:
     is_error: bool = False
     artifacts: tuple[Mapping[str, Any], ...] = ()
     parts: tuple[Mapping[str, Any], ...] = ()  # model content beyond text (load_artifacts: text and image parts)
+
+    def joined_text(self) -> str:
+        """The content and every text part as one string, for a framework that takes one text per tool result.
+
+        The Toolbox tells its guard this text is disclosed on purpose too (as it does the content and parts).
+        """
+        texts = [self.content, *(str(p["text"]) for p in self.parts if p.get("type") == "text")]
+        return "\n\n".join(texts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -195,7 +195,9 @@ class Vault:
           catalog), creating it if needed; with ``create=False`` a location that
           holds no store is a :class:`StorageError` (``no refvault store at ...``)
           and nothing is created. A path that is a file is an
-          :class:`InvalidArgument` (``... is a file, not a directory``).
+          :class:`InvalidArgument` (``... is a file, not a directory``), and so is
+          a non-empty directory that holds no store (``... is a non-empty directory
+          that holds no refvault store ...``): a store is never created among other files.
         * ``"memory://"`` opens a throwaway in-memory store.
         * A ``postgresql://`` URL opens a PostgreSQL catalog; ``blobs`` then says
           where the bytes live: ``s3://bucket/prefix`` (any S3-compatible service;
