@@ -32,12 +32,6 @@ def not_found(artifact_id: str, scope: str = "local/local/local") -> str:
     )
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("REFVAULT_STORE", "REFVAULT_TENANT", "REFVAULT_USER", "REFVAULT_SESSION", "COLUMNS"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     return tmp_path / "store"

@@ -21,12 +21,6 @@ CREATORS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("REFVAULT_STORE", "REFVAULT_CATALOG", "REFVAULT_BLOBS"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def documents(tmp_path: Path) -> Path:
     folder = tmp_path / "documents"

@@ -11,12 +11,6 @@ from refvault.limits import MAX_LIMIT
 from tests.cli.test_cli import Cli
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("REFVAULT_STORE", "REFVAULT_TENANT", "REFVAULT_USER", "REFVAULT_SESSION"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def records(tmp_path: Path) -> tuple[Cli, str]:
     cli = Cli(tmp_path / "store")

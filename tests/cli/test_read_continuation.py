@@ -17,12 +17,6 @@ TEXT = "".join(f"line {i} {'ERROR' if i % 3 == 0 else 'ok'} é\n" for i in range
 ERRORS = [i for i in range(LINES) if i % 3 == 0]
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("REFVAULT_STORE", "REFVAULT_TENANT", "REFVAULT_USER", "REFVAULT_SESSION"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
     return Cli(tmp_path / "store")

@@ -15,12 +15,6 @@ from tests.cli.test_cli import Cli, not_found
 MODEL_TOOL_WORDS = ("read_artifact", "query_artifact", "Ref parameter", "a tool that takes")
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("REFVAULT_STORE", "REFVAULT_TENANT", "REFVAULT_USER", "REFVAULT_SESSION"):
-        monkeypatch.delenv(name, raising=False)
-
-
 @pytest.fixture
 def cli(tmp_path: Path) -> Cli:
     return Cli(tmp_path / "store")

@@ -25,12 +25,6 @@ SCOPE = Scope("local", "local", "local")
 RECORDS = b"".join(json.dumps({"n": n, "kind": "odd" if n % 2 else "even"}).encode() + b"\n" for n in range(40))
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("REFVAULT_STORE", "REFVAULT_TENANT", "REFVAULT_USER", "REFVAULT_SESSION", "COLUMNS"):
-        monkeypatch.delenv(name, raising=False)
-
-
 def run(store: Path, *args: str) -> Result:
     return CliRunner().invoke(main, ["--store", str(store), *args], catch_exceptions=False)
 

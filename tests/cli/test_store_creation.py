@@ -18,12 +18,6 @@ from tests.servers import free_port
 MISSING_ID = "art_" + "a" * 26
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("REFVAULT_STORE", "REFVAULT_CATALOG", "REFVAULT_BLOBS", "COLUMNS"):
-        monkeypatch.delenv(name, raising=False)
-
-
 def run(*args: str, input: bytes | None = None) -> Result:
     return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
 

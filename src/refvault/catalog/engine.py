@@ -86,7 +86,7 @@ def sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def sqlite_read_only_uri(path: Path) -> str | None:
-    """The URI a read-only catalog opens its SQLite file with: nothing is ever written or created.
+    """The URI a read-only catalog opens its SQLite file with (None: open it as usual, with ``query_only``).
 
     Where the directory can be written, a plain read-only open (``mode=ro``) may still create SQLite's
     ``-wal``/``-shm`` companions, so there the catalog opens the file as usual and refuses every write

@@ -34,11 +34,14 @@ replaces every connection of that age).
 Database failures surface as :class:`~refvault.errors.StorageError` naming the
 error class, never the SQL or its parameters.
 
-**Read-only** (``read_only=True``, what the CLI's reading commands use): nothing is written. No
-migration runs (a catalog of another schema version is refused), no key file is created, every
+**Read-only** (``read_only=True``, what the CLI's reading commands use): the store's content is never
+changed. On writable media SQLite may still create and remove its ``-wal``/``-shm`` companions, and fold a
+crashed writer's journal into ``catalog.db`` (the same content); on a read-only file system nothing is
+written at all. No migration runs (a catalog of another schema version is refused), no key file is created, every
 method that writes raises :class:`~refvault.errors.StorageError` before touching the database, and
 SQLite itself refuses writes (``PRAGMA query_only``; on read-only media the file is opened
-``mode=ro``, ``immutable`` when no ``-wal`` exists: :func:`~refvault.catalog.engine.sqlite_read_only_uri`).
+``mode=ro``, ``immutable`` only on a read-only file system with no ``-wal``:
+:func:`~refvault.catalog.engine.sqlite_read_only_uri`).
 Best-effort caches (chunk digests) are simply not recorded (``tests/catalog/test_read_only_catalog.py``,
 ``tests/cli/test_read_only_store.py``).
 
@@ -193,7 +196,8 @@ class SqlCatalog:
         ``$REFVAULT_MANIFEST_KEY_FILE`` or ``$REFVAULT_MANIFEST_KEY``
         (:meth:`ManifestKeys.from_environment`: :class:`StorageError` if neither is set).
 
-        ``read_only``: nothing is ever written. No migration runs (a catalog whose schema is not this
+        ``read_only``: the content is never changed (on writable media SQLite may still manage its
+        ``-wal``/``-shm`` companions; see the module docstring). No migration runs (a catalog whose schema is not this
         version's is refused, :func:`~refvault.catalog.migration.check_current`), no key file is
         created, every method that writes raises :class:`StorageError`, and a SQLite database is
         opened so that the database refuses writes too (read-only media included).

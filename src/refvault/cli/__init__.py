@@ -59,6 +59,10 @@ Conventions:
   interrupted capture publishes nothing. With ``--json`` the error is also printed on stdout as
   ``{"error": {"type": "NotFound", "message": "..."}}``. Messages never
   contain artifact content.
+* The console script (:func:`refvault.cli.entry.run`, also ``python -m refvault.cli``) pauses the
+  cyclic garbage collector while a command loads; a one-artifact command
+  (:data:`~refvault.cli.group.QUICK_COMMANDS`) keeps it paused and ends with ``os._exit`` after
+  flushing its output, every other command turns it back on and exits normally.
 * Importing this package loads nothing: ``main`` and the helpers below are
   imported on first use. The commands load click and refvault's small value
   modules; the vault, its storage backends and rich are imported when a

@@ -1,5 +1,5 @@
-"""``python -m refvault.cli``: the ``refvault`` command."""
+"""``python -m refvault.cli``: the ``refvault`` command, exactly as the console script runs it."""
 
-from refvault.cli.group import main
+from refvault.cli.entry import run
 
-main(prog_name="refvault")
+run()

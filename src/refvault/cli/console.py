@@ -155,8 +155,8 @@ def opened(
 
     Unless ``create``, a location without a store is an error (:func:`no_store`), not a new store; with
     ``create``, a new store is made and ``created a new store at PATH`` goes to stderr. ``read_only``
-    (for the commands that only read) opens the store without writing anything: it works on read-only
-    media and leaves the store's files as they were. With the command's ``scope``, a
+    (for the commands that only read) opens the store without changing its content: it works on
+    read-only media (where nothing is written at all). With the command's ``scope``, a
     :class:`~refvault.errors.NotFound` raised in the block becomes :func:`not_found`.
     """
     location = store_location(ctx)

@@ -12,6 +12,8 @@ Exit codes: 0 success; 1 a refvault error (not found, damaged, no store, ...); 2
 
 from __future__ import annotations
 
+import contextvars
+import gc as collector
 import importlib
 import itertools
 import json
@@ -27,7 +29,7 @@ from refvault.cli.options import ARGS_KEY, JSON_KEY, main_store_option
 from refvault.cli.reads import query_command, read_command
 from refvault.errors import RefvaultError
 
-__all__ = ["LAZY_COMMANDS", "SIGINT_EXIT", "main"]
+__all__ = ["LAZY_COMMANDS", "QUICK_COMMANDS", "SIGINT_EXIT", "main", "quick_exit_requested"]
 
 SIGINT_EXIT = 130  # 128 + SIGINT, as shells report a command interrupted by Ctrl-C
 
@@ -39,6 +41,18 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("refvault.cli.serve", "serve"),
     "keys": ("refvault.cli.serve", "keys"),
 }
+
+
+# Commands that touch one artifact (or list one scope) and end soon: run with the cyclic collector paused and
+# left with os._exit by the console script (refvault.cli.entry). Every other command runs as usual.
+QUICK_COMMANDS = frozenset({"put", "show", "cat", "ls", "rm", "read", "query", "verify"})
+
+_QUICK_EXIT: contextvars.ContextVar[bool] = contextvars.ContextVar("refvault_cli_quick_exit", default=False)
+
+
+def quick_exit_requested() -> bool:
+    """Whether the command that just ran is one of :data:`QUICK_COMMANDS` (and so may skip the teardown)."""
+    return _QUICK_EXIT.get()
 
 
 def _wants_json(ctx: click.Context) -> bool:
@@ -84,6 +98,17 @@ class _Group(click.Group):
         except click.ClickException as exc:
             _report_json_error(ctx, exc)
             raise
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        quick = name in QUICK_COMMANDS
+        _QUICK_EXIT.set(quick)
+        if not quick and not collector.isenabled():  # paused for start-up by refvault.cli.entry
+            collector.freeze()
+            collector.enable()
+        return name, command, rest
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

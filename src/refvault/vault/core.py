@@ -213,8 +213,9 @@ class Vault:
         manifest key ring comes from (e.g. ``ManifestKeys.from_file(path)``); ``options``
         go to the :class:`Vault` constructor.
 
-        ``read_only=True`` (implies ``create=False``) opens the store without writing anything, on
-        media that may be read-only: no migration (a catalog of another schema version is refused),
+        ``read_only=True`` (implies ``create=False``) opens the store without changing its content, on
+        media that may be read-only (on writable media SQLite may still manage its ``-wal``/``-shm``
+        companions): no migration (a catalog of another schema version is refused),
         no key file, no directory, no temporary; reads, ``list``, ``verify`` and ``gc(dry_run=True)``
         work, every write raises :class:`StorageError`. Caches a read would record (chunk digests)
         are skipped; a record query needs its derivative built already. It applies to embedded and
