@@ -1,6 +1,6 @@
 """refvault in Google ADK, offline: a scripted model, a Ref tool, an offloaded result, and the leak guard.
 
-Run: python examples/adk_quickstart.py   (needs: pip install 'refvault[adk]')
+Run: python examples/adk_quickstart.py   (needs the adk extra: pip install '.[adk]' from a clone)
 """
 
 import asyncio

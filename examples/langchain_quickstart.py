@@ -1,6 +1,7 @@
 """refvault with LangChain, offline: a Ref tool, an offloaded result read back, and the leak guard.
 
-Run it: ``python examples/langchain_quickstart.py`` (needs ``pip install 'refvault[langchain]'``).
+Run it: ``python examples/langchain_quickstart.py`` (needs the ``langchain`` extra:
+``pip install '.[langchain]'`` from a clone).
 A scripted chat model stands in for ChatOpenAI & co.: it decides each step from the messages it receives.
 """
 

@@ -284,10 +284,11 @@ def _read_reasons(requirement: Requirement, descriptor: Descriptor, read: Mappin
             f"the read given is of artifact {_shown(body.get('artifact_id'))} "
             f"({_shown(body.get('content_hash'))}), not of artifact {artifact} ({descriptor.content_hash})",
         )
+    read_of = artifact if body.get("artifact_id") == artifact else _shown(body.get("artifact_id"))  # what was read
     if body.get("scan_complete") is not True:
         yield Reason(
             "scan_incomplete",
-            f"the read of artifact {artifact} did not finish scanning: continue it with its cursor",
+            f"the read of artifact {read_of} did not finish scanning: continue it with its cursor",
         )
     capture_omissions = _entries(descriptor.completeness.get("omissions"))
     extra = [o for o in _entries(body.get("omissions")) if o not in capture_omissions]
@@ -298,7 +299,7 @@ def _read_reasons(requirement: Requirement, descriptor: Descriptor, read: Mappin
     if touching:
         yield Reason(
             "omissions_in_required_coverage",
-            f"the read of artifact {artifact} omits part of the required coverage: {'; '.join(touching)}",
+            f"the read of artifact {read_of} omits part of the required coverage: {'; '.join(touching)}",
         )
 
 

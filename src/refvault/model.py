@@ -288,9 +288,10 @@ def is_records(media_type: str) -> bool:
 def selectors_for(media_type: str) -> list[str]:
     """The selective reads the vault serves for this media type.
 
-    Only what exists is listed (a model told about a selector must be able to
-    use it): byte ranges for every artifact; line windows and grep for text;
-    record queries for record media types.
+    Only what exists is listed: byte ranges for every artifact (``read_range``,
+    HTTP ``Range``); line windows and grep for text; record queries for record
+    media types. The model's ``read_artifact`` windows text only: binary reaches
+    a model through ``load_artifacts`` (images) or a tool's ``Ref``, never as base64.
     """
     selectors = ["byte_range"]
     if is_text(media_type):

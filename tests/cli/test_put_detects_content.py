@@ -154,3 +154,12 @@ def test_put_quiet_prints_only_the_new_id(cli: Cli, tmp_path: Path) -> None:
     assert is_artifact_id(artifact_id)
     assert result.stdout == artifact_id + "\n"
     assert cli.json("show", artifact_id)["artifact_id"] == artifact_id
+
+
+def test_an_empty_input_is_stored_with_a_warning(cli: Cli) -> None:
+    result = cli("put", "-q", "-", input=b"")
+    assert result.exit_code == 0, result.output
+    artifact_id = result.stdout.strip()
+    assert is_artifact_id(artifact_id)
+    assert f"warning: the input was empty; {artifact_id} holds 0 bytes" in result.stderr
+    assert "warning" not in cli("put", "-q", "-", input=b"x").stderr

@@ -143,3 +143,11 @@ def test_an_option_that_would_be_ignored_is_refused(cli: Cli, log_id: str, args:
     assert result.exit_code == 2
     assert named in result.stderr
     assert result.stdout == ""
+
+
+def test_a_regex_grep_is_continued_as_a_regex(cli: Cli, log_id: str) -> None:
+    result = cli("read", log_id, "--grep", "ERR.R", "--regex", "--max-matches", "5")
+    assert result.exit_code == 0, result.output
+    assert "(same --grep --regex)" in result.stderr
+    literal = cli("read", log_id, "--grep", "ERROR", "--max-matches", "5")
+    assert "(same --grep)" in literal.stderr

@@ -219,6 +219,17 @@ def test_a_read_of_another_capture_is_an_identity_mismatch(vault: Vault, scope: 
     assert second in verdict.reasons[0].message
 
 
+def test_reasons_about_a_read_of_another_capture_name_the_artifact_read(vault: Vault, scope: Scope) -> None:
+    first = _capture(vault, scope)
+    second = _capture(vault, scope, data=_records(60))
+    unfinished = _critical(vault, scope, second, max_scan=5)()  # stopped early: its own reason names the read
+    verdict = check(NEED, vault.describe(scope, first), at=AT, read=unfinished)
+    assert verdict.codes[0] == "identity_mismatch"
+    about_the_read = [r.message for r in verdict.reasons[1:]]
+    assert about_the_read
+    assert all(second in message and first not in message for message in about_the_read)
+
+
 def test_damaged_bytes_are_an_integrity_failure(vault: Vault, scope: Scope, tamper: Tamper) -> None:
     artifact = _capture(vault, scope, data=_records(3000))  # large enough to live in a blob, not inline
     key = vault.catalog.find(scope, artifact).key  # type: ignore[union-attr]

@@ -409,7 +409,9 @@ def _refuse_lost_key(path: Path, signed: Callable[[], tuple[int, int]] | None) -
         )
         raise StorageError(
             f"the manifest key file {path.name} is missing but {rows} signed with it: restore it from a backup"
-            " of the store (a new key would make every signed row fail verification)"
+            " of the store, or, if the store's key ring is kept elsewhere, open it with that ring"
+            " (Vault.open(..., manifest_keys=ManifestKeys.from_file(PATH)));"
+            " a new key would make every signed row fail verification"
         )
 
 

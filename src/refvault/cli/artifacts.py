@@ -187,6 +187,8 @@ def put(
             tool_call_id=tool_call_id,
             idempotency_key=idempotency_key,
         )
+    if descriptor.size == 0:  # most often a pipeline whose first command failed: stored, but said
+        click.echo(f"warning: the input was empty; {descriptor.artifact_id} holds 0 bytes", err=True)
     if quiet and not as_json:
         click.echo(descriptor.artifact_id)
     else:

@@ -135,7 +135,7 @@ def read_command(
     if pattern is not None:
         for match in answer["matches"]:
             click.echo(f"{match['line']}: {shown_text(match['text'])}", color=True)
-        note = _grep_coverage(answer, max_matches or DEFAULT_GREP_MATCHES)
+        note = _grep_coverage(answer, max_matches or DEFAULT_GREP_MATCHES, "--grep --regex" if regex else "--grep")
     else:
         click.echo(shown_text(answer["text"]), nl=False, color=True)
         note = f"{answer['unit']} {answer['start']:,}-{answer['end']:,} of {answer['total']:,}"
@@ -188,13 +188,13 @@ def _window_flags(nxt: dict[str, Any]) -> str:
     return f"--from-line {start}" if end is None else f"--lines {start} {end}"
 
 
-def _grep_coverage(answer: dict[str, Any], max_matches: int) -> str:
-    """What a grep covered, and (when it stopped early) the option that resumes it with the same --grep."""
+def _grep_coverage(answer: dict[str, Any], max_matches: int, search: str) -> str:
+    """What a grep covered, and (when it stopped early) the option that resumes it with the same ``search``."""
     found = plural(answer["returned"], "match", "matches")
     first = answer["from_line"]
     scanned = f"{plural(answer['scanned_lines'], 'line')}" + (f" from line {first:,}" if first else "")
     if answer["next"] is not None:
-        resume = f"continue with --from-line {answer['next']['from_line']} (same --grep)"
+        resume = f"continue with --from-line {answer['next']['from_line']} (same {search})"
         if answer["truncated"]:
             return f"{found} in {scanned}, stopped at --max-matches {max_matches}; more may follow: {resume}"
         return f"{found} in {scanned}; the scan stopped at its time budget: INCOMPLETE, the rest may match: {resume}"

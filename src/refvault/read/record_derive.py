@@ -45,7 +45,8 @@ def _format_of(descriptor: Descriptor) -> str:
     if fmt is None:
         raise UnsupportedRead(
             f"artifact {descriptor.artifact_id} ({base_type(descriptor.media_type)}) is not a record artifact; "
-            "record queries take JSON Lines, a JSON array of objects, CSV or Parquet (use read_artifact for text)"
+            "record queries take JSON Lines, a JSON array of objects, CSV or Parquet"
+            " (text is read in windows or by grep)"
         )
     return fmt
 
