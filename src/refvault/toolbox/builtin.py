@@ -56,10 +56,13 @@ class LoadedContent:
     ``parts`` are ``{"type": "text", "text": ...}`` or ``{"type": "image",
     "media_type": ..., "data": <base64>}``; framework adapters map them to
     their own content types. ``summary`` is the JSON-ready per-id outcome.
+    ``shown`` pairs the index of each text part that carries a loaded artifact's
+    content with that artifact's id (only model-disclosed artifacts load).
     """
 
     parts: tuple[Mapping[str, Any], ...]
     summary: Mapping[str, Any]
+    shown: tuple[tuple[int, str], ...] = ()
 
 
 def _line(descriptor: Descriptor) -> dict[str, Any]:
@@ -176,24 +179,6 @@ def _load_content(vault: VaultContract, scope: Scope, artifact_id: str) -> tuple
     )
 
 
-def loaded_ids(summary: str) -> set[str]:
-    """The ids a ``load_artifacts`` summary (its observation's JSON content) says were loaded."""
-    try:
-        results = json.loads(summary).get("results", [])
-    except (ValueError, AttributeError):
-        return set()
-    return {str(r["artifact_id"]) for r in results if isinstance(r, dict) and r.get("status") == "loaded"}
-
-
-def text_part_owner(part: Mapping[str, Any], loaded: set[str]) -> str | None:
-    """The loaded artifact a ``load_artifacts`` text part shows (each begins ``[<id>] ``), else None."""
-    text = part.get("text") if part.get("type") == "text" else None
-    if not isinstance(text, str) or not text.startswith("["):
-        return None
-    owner = text[1 : text.find("]")]
-    return owner if owner in loaded else None
-
-
 def load(vault: VaultContract, scope: Scope, artifact_ids: list[str]) -> LoadedContent:
     """Load several artifacts concurrently; one failing id yields an error entry for that id, not a failed call."""
     if not artifact_ids:
@@ -203,8 +188,15 @@ def load(vault: VaultContract, scope: Scope, artifact_ids: list[str]) -> LoadedC
     unique = list(dict.fromkeys(artifact_ids))
     with ThreadPoolExecutor(max_workers=min(8, len(unique))) as pool:
         loaded = list(pool.map(lambda artifact_id: _load_one(vault, scope, artifact_id), unique))
-    parts = tuple(part for chunk, _ in loaded for part in chunk)
-    return LoadedContent(parts, {"status": "ok", "results": [outcome for _, outcome in loaded]})
+    parts: list[Mapping[str, Any]] = []
+    shown: list[tuple[int, str]] = []
+    for chunk, outcome in loaded:
+        for part in chunk:
+            if outcome["status"] == "loaded" and part.get("type") == "text":
+                shown.append((len(parts), str(outcome["artifact_id"])))
+            parts.append(part)
+    summary = {"status": "ok", "results": [outcome for _, outcome in loaded]}
+    return LoadedContent(tuple(parts), summary, tuple(shown))
 
 
 def _json(value: Any) -> str:

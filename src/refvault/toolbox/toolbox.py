@@ -50,7 +50,7 @@ from refvault.ids import is_artifact_id
 from refvault.limits import DEFAULT_OFFLOAD_TOKENS, MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS
 from refvault.limits import DEFAULT_PREVIEW_CHARS as DEFAULT_PREVIEW_CHARS  # re-exported, as before
 from refvault.model import Descriptor, Scope
-from refvault.toolbox.builtin import LoadedContent, loaded_ids, text_part_owner
+from refvault.toolbox.builtin import LoadedContent
 from refvault.toolbox.definition import Tool, build_tool, validation_message
 from refvault.toolbox.invocation import (
     ENCODER,
@@ -70,7 +70,7 @@ from refvault.toolbox.schemas import gemini_schema as gemini_schema  # re-export
 from refvault.toolbox.schemas import tool_schema
 from refvault.toolbox.substitute import bind_refs
 from refvault.toolbox.values import DEFAULT as DEFAULT  # re-exported, as before
-from refvault.toolbox.values import Artifact, Observation, ToolContext, ToolEvent, artifact_summary
+from refvault.toolbox.values import Artifact, Observation, ToolContext, ToolEvent, artifact_summary, joined_text
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
@@ -408,8 +408,8 @@ class Toolbox:
         """Tell the guard what this observation shows the model of model-disclosed artifacts, on purpose.
 
         An offload preview shows the artifact it captured; ``read_artifact`` and ``query_artifact`` show the
-        one artifact their ``artifact_id`` names; each text part of ``load_artifacts`` shows the artifact it
-        loaded (its ``[id]`` head), and the observation's joined text all of them. Nothing else counts: never
+        one artifact their ``artifact_id`` names (``load_artifacts`` is told where it renders, in
+        :meth:`_render`: each text part it loaded, and the joined text). Nothing else counts: never
         an id the model wrote elsewhere in its arguments, never a sealed artifact (the read tools refuse
         them, and each id is checked again here). When a tool later reads one of them by reference the
         guard protects it; these exact texts, already in the conversation, are then not leaks
@@ -425,13 +425,6 @@ class Toolbox:
             artifact_id = prepared.kwargs.get("artifact_id")
             if is_artifact_id(artifact_id) and self._model_disclosed(prepared.scope, artifact_id):
                 shown.append((observation.content, {artifact_id}))
-        elif prepared.tool.name == "load_artifacts":
-            loaded = {i for i in loaded_ids(observation.content) if self._model_disclosed(prepared.scope, i)}
-            for part in observation.parts:
-                owner = text_part_owner(part, loaded)
-                if owner is not None:
-                    shown.append((str(part["text"]), {owner}))
-            shown.append((observation.joined_text(), loaded))
         for text, owners in shown:
             if owners:
                 exempt(text, owners)
@@ -461,12 +454,18 @@ class Toolbox:
             )
             return json.dumps({"artifact": artifact_summary(descriptor)}), [descriptor], ()
         if isinstance(result, LoadedContent):
+            content = ENCODER.encode(result.summary)
             guard = self.guard
-            if guard is not None:  # the model asked for these model-disclosed images: not refused for their size
+            if guard is not None:  # the model asked for these model-disclosed artifacts: what they show is no leak
                 for part in result.parts:
-                    if part.get("type") == "image":
+                    if part.get("type") == "image":  # not refused for their size
                         guard.exempt_payload(part["data"])
-            return ENCODER.encode(result.summary), [], result.parts
+                exempt = getattr(guard, "exempt_disclosed", None)  # see _exempt_disclosed
+                if exempt is not None and result.shown:
+                    for index, owner in result.shown:
+                        exempt(str(result.parts[index]["text"]), {owner})
+                    exempt(joined_text(content, result.parts), {owner for _, owner in result.shown})
+            return content, [], result.parts
         text = encoded(outcome)
         threshold = prepared.tool.offload_tokens
         if threshold is None or 2 * len(text) <= threshold:  # the estimate never exceeds 2 tokens per character

@@ -11,7 +11,7 @@ observation says of a captured artifact). All are importable from
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -20,7 +20,7 @@ from refvault.model import Descriptor, Scope, pick
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
 
-__all__ = ["DEFAULT", "Artifact", "Observation", "ToolContext", "ToolEvent", "artifact_summary"]
+__all__ = ["DEFAULT", "Artifact", "Observation", "ToolContext", "ToolEvent", "artifact_summary", "joined_text"]
 
 
 class _Default:
@@ -88,8 +88,12 @@ class Observation:
 
         The Toolbox tells its guard this text is disclosed on purpose too (as it does the content and parts).
         """
-        texts = [self.content, *(str(p["text"]) for p in self.parts if p.get("type") == "text")]
-        return "\n\n".join(texts)
+        return joined_text(self.content, self.parts)
+
+
+def joined_text(content: str, parts: Sequence[Mapping[str, Any]]) -> str:
+    """``content`` and the text of every text part, separated by blank lines (:meth:`Observation.joined_text`)."""
+    return "\n\n".join([content, *(str(p["text"]) for p in parts if p.get("type") == "text")])
 
 
 @dataclass(frozen=True, slots=True)
