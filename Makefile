@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/materialize.py
 	$(BIN)/python bench/guard.py
 	$(BIN)/python bench/load.py
+	$(BIN)/python bench/audit.py
 	$(BIN)/python bench/cli.py
 
 format: $(STAMP)

@@ -25,10 +25,15 @@ _EXPORTS = {
     "Artifact": "refvault.toolbox.toolbox",
     "AsyncVault": "refvault.vault.aio",
     "AuditRecord": "refvault.vault.core",
+    "AuditEntry": "refvault.catalog.audit_log",
+    "AuditReport": "refvault.catalog.audit_log",
+    "DisclosureEntry": "refvault.catalog.audit_log",
     "Client": "refvault.client",
     "ArtifactStream": "refvault.vault.verified",
     "Descriptor": "refvault.model",
     "GcReport": "refvault.vault.core",
+    "Grant": "refvault.model",
+    "GrantNotFound": "refvault.errors",
     "Principal": "refvault.model",
     "Scope": "refvault.model",
     "Vault": "refvault.vault.core",
@@ -75,10 +80,13 @@ __all__ = [
     "TooLarge",
     "ArtifactStream",
     "AsyncVault",
+    "AuditEntry",
     "AuditRecord",
+    "AuditReport",
     "BadRef",
     "Client",
     "Descriptor",
+    "DisclosureEntry",
     "Expired",
     "GcReport",
     "IdempotencyConflict",
@@ -91,6 +99,8 @@ __all__ = [
     "InvalidScope",
     "NotFound",
     "Observation",
+    "Grant",
+    "GrantNotFound",
     "Principal",
     "Ref",
     "RefvaultError",
@@ -113,6 +123,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from refvault import errors, evidence, read
+    from refvault.catalog.audit_log import AuditEntry, AuditReport, DisclosureEntry
     from refvault.client import Client
     from refvault.errors import (
         BadRef,
@@ -120,6 +131,7 @@ if TYPE_CHECKING:
         EmptyPart,
         Expired,
         Forbidden,
+        GrantNotFound,
         IdempotencyConflict,
         IntegrityError,
         InvalidArgument,
@@ -139,7 +151,7 @@ if TYPE_CHECKING:
         UnresolvedRef,
         UnsupportedRead,
     )
-    from refvault.model import Descriptor, Principal, Scope
+    from refvault.model import Descriptor, Grant, Principal, Scope
     from refvault.toolbox.ref import Ref
     from refvault.toolbox.toolbox import Artifact, Observation, Toolbox, ToolContext, ToolEvent
     from refvault.vault.aio import AsyncVault

@@ -41,18 +41,49 @@ against a live server):
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypeAlias, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, Unpack, cast
 from urllib.parse import urlsplit
 
 import httpx
 
+from refvault.client_authority import AuthorityCalls
+from refvault.client_wire import (
+    ClientStream,
+)
+from refvault.client_wire import (
+    RangeNotSatisfiable as _RangeNotSatisfiable,
+)
+from refvault.client_wire import (
+    check_whole as _check_whole,
+)
+from refvault.client_wire import (
+    content_length as _content_length,
+)
+from refvault.client_wire import (
+    content_range as _content_range,
+)
+from refvault.client_wire import (
+    etag as _etag,
+)
+from refvault.client_wire import (
+    json_bytes as _json_bytes,
+)
+from refvault.client_wire import (
+    moment as _moment,
+)
+from refvault.client_wire import (
+    raise_problem as _raise_problem,
+)
+from refvault.client_wire import (
+    read_at_most as _read_at_most,
+)
+from refvault.client_wire import (
+    upload as _upload,
+)
 from refvault.contract import LocalRead, VaultContract
 from refvault.errors import (
     IntegrityError,
@@ -70,7 +101,7 @@ from refvault.limits import (
     DEFAULT_WINDOW_CHARS,
     LIST_PAGE,
 )
-from refvault.model import Descriptor, Scope, format_time
+from refvault.model import Descriptor, Scope, check_labels
 from refvault.operations import (
     CaptureMetadata,
     CaptureOptions,
@@ -84,7 +115,7 @@ from refvault.operations import (
     check_byte_span,
     is_count,
 )
-from refvault.problems import PROBLEM_MEDIA_TYPE, PROBLEM_PREFIX, error_from_problem
+from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT, check_purpose, check_recipient
 
 __all__ = ["Client", "ClientStream", "VaultLike"]
 
@@ -93,15 +124,11 @@ VaultLike: TypeAlias = VaultContract
 
 T = TypeVar("T")
 
-CHUNK = 1 << 20
-_TITLE_CHARS = 200
-_DETAIL_CHARS = 2000
 MAX_PROBLEM_BYTES = 64 * 1024  # of an error answer read at most; a longer one is shown by status alone
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
-_ETAG = re.compile(r'^(?:W/)?"(?:sha256:)?([0-9a-f]{64})"$')
 
 
-class Client:
+class Client(AuthorityCalls):
     """The vault API of a remote ``refvault serve``; thread-safe (one connection pool, shared by threads).
 
     ``url`` is the server's base URL (``http://127.0.0.1:8765``); ``api_key`` a
@@ -149,10 +176,21 @@ class Client:
     # -- transport ---------------------------------------------------------------------
 
     @staticmethod
-    def _headers(scope: Scope, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    def _headers(
+        scope: Scope,
+        extra: Mapping[str, str] | None = None,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> dict[str, str]:
         if not isinstance(scope, Scope):
             raise InvalidArgument("scope must be a refvault.Scope(tenant=..., user=..., session=...)")
         headers = {"Refvault-Tenant": scope.tenant, "Refvault-User": scope.user, "Refvault-Session": scope.session}
+        # A read's purpose and recipient (checked here, and again by the server); the defaults are not sent.
+        if check_purpose(purpose) != DEFAULT_PURPOSE:
+            headers["Refvault-Purpose"] = purpose
+        if check_recipient(recipient) != DEFAULT_RECIPIENT:
+            headers["Refvault-Recipient"] = recipient
         headers.update(extra or {})
         return headers
 
@@ -197,9 +235,11 @@ class Client:
         *,
         params: Mapping[str, Any] | None = None,
         json_body: Any = None,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
     ) -> httpx.Response:
         content = None
-        headers = self._headers(scope)
+        headers = self._headers(scope, purpose=purpose, recipient=recipient)
         if json_body is not None:
             content = _json_bytes(json_body)
             headers["Content-Type"] = "application/json"
@@ -256,6 +296,10 @@ class Client:
             metadata["source_version"] = capture.source_version
         if capture.completeness is not None:
             metadata["completeness"] = capture.completeness
+        if capture.recorded_labels():
+            metadata["labels"] = sorted(capture.recorded_labels())
+        if capture.recorded_derived_from():
+            metadata["derived_from"] = list(capture.recorded_derived_from())
         headers = self._headers(scope, {"Content-Type": metadata["media_type"]})
         headers["Refvault-Metadata"] = json.dumps({k: v for k, v in metadata.items() if v is not None})
         if capture.idempotency_key is not None:
@@ -270,16 +314,40 @@ class Client:
 
     # -- reads -------------------------------------------------------------------------
 
-    def describe(self, scope: Scope, artifact_id: str) -> Descriptor:
-        """The descriptor of an artifact visible in ``scope``."""
-        return self._descriptor(self._call("GET", self._path(artifact_id), scope, artifact_id))
+    def describe(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> Descriptor:
+        """The descriptor of an artifact ``scope`` may read for ``purpose``, to ``recipient``."""
+        path = self._path(artifact_id)
+        return self._descriptor(self._call("GET", path, scope, artifact_id, purpose=purpose, recipient=recipient))
 
-    def read_bytes(self, scope: Scope, artifact_id: str) -> bytes:
+    def read_bytes(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> bytes:
         """Every byte of the artifact, returned only if they hash to its content hash."""
-        with self.stream(scope, artifact_id) as stream:
+        with self.stream(scope, artifact_id, purpose=purpose, recipient=recipient) as stream:
             return stream.readall()
 
-    def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int | None) -> bytes:
+    def read_range(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        offset: int,
+        length: int | None,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> bytes:
         """Bytes ``[offset, offset + length)`` (``None``: to the end), clipped to the artifact.
 
         The server verifies the chunks it reads; a range that turns out to be the
@@ -287,12 +355,12 @@ class Client:
         """
         check_byte_span(offset, length)
         if offset == 0 and length is None:
-            return self.read_bytes(scope, artifact_id)
+            return self.read_bytes(scope, artifact_id, purpose=purpose, recipient=recipient)
         if length == 0:
-            self.describe(scope, artifact_id)  # the same errors as a read; no bytes
+            self.describe(scope, artifact_id, purpose=purpose, recipient=recipient)  # a read's errors; no bytes
             return b""
         last = "" if length is None else str(offset + length - 1)
-        headers = self._headers(scope, {"Range": f"bytes={offset}-{last}"})
+        headers = self._headers(scope, {"Range": f"bytes={offset}-{last}"}, purpose=purpose, recipient=recipient)
         request = self._request("GET", self._path(artifact_id, "/content"), headers=headers)
         try:
             response = self._send(request, artifact_id)
@@ -300,45 +368,65 @@ class Client:
             return b""  # the offset is at or past the end: nothing, as from the vault
         data = response.content
         if response.status_code == 200:  # the server sent it whole: verify it whole, then cut
-            _check_whole(data, _etag(response) or self._content_hash(scope, artifact_id), artifact_id)
+            expected = _etag(response) or self._content_hash(scope, artifact_id, purpose, recipient)
+            _check_whole(data, expected, artifact_id)
             return data[offset : None if length is None else offset + length]
         whole = _content_range(response.headers.get("content-range"))
         if whole is None or whole[0] != offset or whole[1] - whole[0] + 1 != len(data):
             raise IntegrityError(f"artifact {artifact_id} failed verification: the server sent another range")
         if offset == 0 and len(data) == whole[2]:
-            _check_whole(data, _etag(response) or self._content_hash(scope, artifact_id), artifact_id)
+            expected = _etag(response) or self._content_hash(scope, artifact_id, purpose, recipient)
+            _check_whole(data, expected, artifact_id)
         return data
 
-    def stream(self, scope: Scope, artifact_id: str) -> ClientStream:
+    def stream(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> ClientStream:
         """A read-only stream of the artifact, hashed as it is read; :class:`IntegrityError` at the end if damaged.
 
         Memory use is one received chunk. The stream is not seekable; close it
         (or use it as a context manager) to release the connection.
         """
-        request = self._request("GET", self._path(artifact_id, "/content"), headers=self._headers(scope))
+        headers = self._headers(scope, purpose=purpose, recipient=recipient)
+        request = self._request("GET", self._path(artifact_id, "/content"), headers=headers)
         response = self._send(request, artifact_id, stream=True)
         try:
             expected = _etag(response)
             size = _content_length(response)
             if expected is None or size is None:
-                descriptor = self.describe(scope, artifact_id)
+                descriptor = self.describe(scope, artifact_id, purpose=purpose, recipient=recipient)
                 expected, size = descriptor.content_hash.removeprefix("sha256:"), descriptor.size
         except BaseException:
             response.close()
             raise
         return ClientStream(response, artifact_id, expected, size)
 
-    def _content_hash(self, scope: Scope, artifact_id: str) -> str:
-        return self.describe(scope, artifact_id).content_hash.removeprefix("sha256:")
+    def _content_hash(self, scope: Scope, artifact_id: str, purpose: str, recipient: str) -> str:
+        descriptor = self.describe(scope, artifact_id, purpose=purpose, recipient=recipient)
+        return descriptor.content_hash.removeprefix("sha256:")
 
-    def list(self, scope: Scope) -> list[Descriptor]:
-        """Unexpired artifacts of ``scope``, newest first (every page, fetched in turn)."""
+    def list(
+        self,
+        scope: Scope,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> list[Descriptor]:
+        """Unexpired artifacts of ``scope``, newest first (every page, fetched in turn), without those the
+        tenant's policy refuses for ``purpose`` and ``recipient``."""
         found: list[Descriptor] = []
         offset: int | None = 0
         while offset is not None:
             wanted = ListPage(limit=LIST_PAGE, offset=offset)
             params = {"limit": wanted.limit, "offset": wanted.offset}
-            page = self._json(self._call("GET", "/artifacts", scope, params=params))
+            page = self._json(
+                self._call("GET", "/artifacts", scope, params=params, purpose=purpose, recipient=recipient)
+            )
             try:
                 found.extend(Descriptor.from_dict(item) for item in page["items"])
                 following = page["next_offset"]
@@ -353,9 +441,35 @@ class Client:
         """Remove the artifact's manifest (its bytes go at the server's next ``gc`` if unreferenced)."""
         self._call("DELETE", self._path(artifact_id), scope, artifact_id)
 
-    def verify_artifact(self, scope: Scope, artifact_id: str) -> dict[str, Any]:
+    def declassify(self, scope: Scope, artifact_id: str, *, remove: Iterable[str], reason: str) -> Descriptor:
+        """Remove labels from an artifact the caller owns (``POST /v1/artifacts/{id}/declassify``); its new descriptor.
+
+        The same checks and errors as :meth:`Vault.declassify <refvault.Vault.declassify>`, run by the server.
+        """
+        if isinstance(remove, str):
+            raise InvalidArgument("remove must be a set of label names, e.g. {'pii'}")
+        try:
+            names = check_labels(remove)
+        except InvalidMetadata as exc:
+            raise InvalidArgument(str(exc)) from None
+        body = {"remove": sorted(names), "reason": reason}
+        return self._descriptor(
+            self._call("POST", self._path(artifact_id, "/declassify"), scope, artifact_id, json_body=body)
+        )
+
+    def verify_artifact(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> dict[str, Any]:
         """Have the server re-read and hash every byte: ``{"artifact_id", "ok", "content_hash", "size"}``."""
-        answer: dict[str, Any] = self._json(self._call("GET", self._path(artifact_id, "/verify"), scope, artifact_id))
+        response = self._call(
+            "GET", self._path(artifact_id, "/verify"), scope, artifact_id, purpose=purpose, recipient=recipient
+        )
+        answer: dict[str, Any] = self._json(response)
         return answer
 
     # -- selective reads (the server runs refvault.read) -------------------------------
@@ -365,7 +479,13 @@ class Client:
         answer: object
         if isinstance(request, WindowRequest):
             answer = self.window(
-                scope, artifact_id, lines=request.lines, byte_range=request.byte_range, max_chars=request.max_chars
+                scope,
+                artifact_id,
+                lines=request.lines,
+                byte_range=request.byte_range,
+                max_chars=request.max_chars,
+                purpose=request.purpose,
+                recipient=request.recipient,
             )
         elif isinstance(request, GrepRequest):
             answer = self.grep(
@@ -376,6 +496,8 @@ class Client:
                 max_matches=request.max_matches,
                 from_line=request.from_line,
                 max_seconds=request.max_seconds,
+                purpose=request.purpose,
+                recipient=request.recipient,
             )
         elif isinstance(request, QueryRequest):
             answer = self.query(
@@ -389,9 +511,16 @@ class Client:
                 cursor=request.cursor,
                 max_seconds=request.max_seconds,
                 max_scan=request.max_scan,
+                purpose=request.purpose,
+                recipient=request.recipient,
             )
         elif isinstance(request, RecordSetRequest):
-            answer = self.derive(scope, artifact_id) if request.build else self.derived_records(scope, artifact_id)
+            reader = {"purpose": request.purpose, "recipient": request.recipient}
+            answer = (
+                self.derive(scope, artifact_id, **reader)
+                if request.build
+                else self.derived_records(scope, artifact_id, **reader)
+            )
         else:
             raise InvalidArgument(f"not a selective read: {type(request).__name__}")
         return cast(T, answer)
@@ -404,6 +533,8 @@ class Client:
         lines: Sequence[int | None] | None = None,
         byte_range: Sequence[int] | None = None,
         max_chars: int = DEFAULT_WINDOW_CHARS,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
     ) -> dict[str, Any]:
         """:func:`refvault.read.window`, run by the server."""
         params: dict[str, Any] = {"max_chars": _number("max_chars", max_chars)}
@@ -413,7 +544,7 @@ class Client:
         if byte_range is not None:
             offset, length = _pair("byte_range", byte_range)
             params["bytes"] = f"{offset},{length}"
-        return self._read("GET", "/window", scope, artifact_id, params=params)
+        return self._read("GET", "/window", scope, artifact_id, params=params, purpose=purpose, recipient=recipient)
 
     def grep(
         self,
@@ -425,6 +556,8 @@ class Client:
         max_matches: int = DEFAULT_GREP_MATCHES,
         from_line: int = 0,
         max_seconds: float = DEFAULT_GREP_SECONDS,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
     ) -> dict[str, Any]:
         """:func:`refvault.read.grep`, run by the server."""
         if not isinstance(pattern, str) or not pattern:
@@ -438,7 +571,7 @@ class Client:
             "from_line": _number("from_line", from_line),
             "max_seconds": _number("max_seconds", max_seconds),
         }
-        return self._read("GET", "/grep", scope, artifact_id, params=params)
+        return self._read("GET", "/grep", scope, artifact_id, params=params, purpose=purpose, recipient=recipient)
 
     def query(
         self,
@@ -453,6 +586,8 @@ class Client:
         cursor: object = None,
         max_seconds: float = DEFAULT_QUERY_SECONDS,
         max_scan: int | None = None,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
     ) -> dict[str, Any]:
         """:func:`refvault.read.query`, run by the server; cursors it returns work with this method."""
         body = {  # the server checks every argument: sent as given
@@ -465,22 +600,45 @@ class Client:
             "max_seconds": max_seconds,
             "max_scan": max_scan,
         }
-        return self._read("POST", "/query", scope, artifact_id, json_body=body)
+        return self._read("POST", "/query", scope, artifact_id, json_body=body, purpose=purpose, recipient=recipient)
 
-    def derive(self, scope: Scope, artifact_id: str) -> RecordSet:
+    def derive(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> RecordSet:
         """:func:`refvault.read.derive`, run by the server: a record artifact's count and fields (built once)."""
-        record_set = self._records(scope, artifact_id, build=True)
+        record_set = self._records(scope, artifact_id, build=True, purpose=purpose, recipient=recipient)
         if record_set is None:  # the server must build it when asked to
             raise StorageError(f"the refvault server at {self.url} sent a malformed record set")
         return record_set
 
-    def derived_records(self, scope: Scope, artifact_id: str) -> RecordSet | None:
+    def derived_records(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> RecordSet | None:
         """The record set if the server has already built it (as ``derive`` would), else None; never builds."""
-        return self._records(scope, artifact_id, build=False)
+        return self._records(scope, artifact_id, build=False, purpose=purpose, recipient=recipient)
 
-    def _records(self, scope: Scope, artifact_id: str, *, build: bool) -> RecordSet | None:
+    def _records(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        build: bool,
+        purpose: str,
+        recipient: str,
+    ) -> RecordSet | None:
         params = {"build": "true" if build else "false"}
-        response = self._call("GET", self._path(artifact_id, "/records"), scope, artifact_id, params=params)
+        path = self._path(artifact_id, "/records")
+        response = self._call("GET", path, scope, artifact_id, params=params, purpose=purpose, recipient=recipient)
         answer = self._json(response)
         if answer is None:
             return None
@@ -510,9 +668,18 @@ class Client:
         *,
         params: Mapping[str, Any] | None = None,
         json_body: Any = None,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
     ) -> dict[str, Any]:
         response = self._call(
-            method, self._path(artifact_id, tail), scope, artifact_id, params=params, json_body=json_body
+            method,
+            self._path(artifact_id, tail),
+            scope,
+            artifact_id,
+            params=params,
+            json_body=json_body,
+            purpose=purpose,
+            recipient=recipient,
         )
         answer = self._json(response)
         if not isinstance(answer, dict):
@@ -520,126 +687,7 @@ class Client:
         return answer
 
 
-class ClientStream(io.RawIOBase):
-    """A read-only binary stream of one artifact from the server, hashed as it is read.
-
-    Bytes are handed out as they arrive; when the end is reached the length and
-    the SHA-256 of everything received are checked against the artifact's, and
-    a mismatch, or a connection that ends early, raises
-    :class:`~refvault.errors.IntegrityError` from that read. Memory use is one
-    received chunk. Not seekable. Close it to release the connection.
-    """
-
-    def __init__(self, response: httpx.Response, artifact_id: str, content_hash: str, size: int) -> None:
-        super().__init__()
-        self.artifact_id = artifact_id
-        self._response = response
-        self._expected = content_hash
-        self._size = size
-        self._chunks = response.iter_bytes(CHUNK)
-        self._hash = hashlib.sha256()
-        self._received = 0
-        self._buffer = b""
-        self._offset = 0  # of the buffer's first byte
-        self._used = 0  # bytes of the buffer handed out
-        self._done = False
-        self._observer: Callable[[int, bytes], None] | None = None
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    def on_chunk(self, observer: Callable[[int, bytes], None]) -> None:
-        """Call ``observer(offset, chunk)`` with each chunk as it arrives, before any of it is handed out."""
-        self._observer = observer
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def tell(self) -> int:
-        return self._offset + self._used
-
-    def _fill(self) -> bool:
-        """Receive the next chunk into the buffer; False at the (verified) end."""
-        if self._done:
-            return False
-        try:
-            chunk = next(self._chunks, None)
-        except httpx.HTTPError:
-            self._fail("the connection ended before every byte arrived")
-        if chunk is None:
-            self._done = True
-            if self._received != self._size:
-                self._fail(f"{self._received} of {self._size} bytes arrived")
-            if self._hash.hexdigest() != self._expected:
-                self._fail("its bytes do not match the content hash")
-            return False
-        if self._received + len(chunk) > self._size:
-            self._fail("more bytes arrived than it holds")
-        self._hash.update(chunk)
-        self._offset, self._used = self._received, 0
-        self._received += len(chunk)
-        self._buffer = chunk
-        if self._observer is not None:
-            self._observer(self._offset, chunk)
-        return True
-
-    def _fail(self, what: str) -> NoReturn:
-        self._done = True
-        self._buffer = b""
-        self._response.close()
-        raise IntegrityError(f"artifact {self.artifact_id} failed verification: {what}")
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        """Fill ``buffer`` with the next bytes (short only at the end, which is verified first)."""
-        if self.closed:
-            raise InvalidArgument("I/O operation on closed stream")  # a ValueError, as io's own
-        target = memoryview(buffer).cast("B")
-        filled = 0
-        while filled < len(target):
-            if self._used == len(self._buffer) and not self._fill():
-                break
-            piece = self._buffer[self._used : self._used + len(target) - filled]
-            target[filled : filled + len(piece)] = piece
-            filled += len(piece)
-            self._used += len(piece)
-        return filled
-
-    def readall(self) -> bytes:
-        """The rest of the artifact; raises :class:`IntegrityError` (returning nothing) if it is damaged."""
-        out = bytearray()
-        while chunk := self.read(CHUNK):
-            out += chunk
-        return bytes(out)
-
-    def iter_chunks(self) -> Iterator[bytes]:
-        """Yield the rest of the artifact in chunks; the end is verified before the iteration stops."""
-        while chunk := self.read(CHUNK):
-            yield chunk
-
-    def close(self) -> None:
-        if not self.closed:
-            self._response.close()
-            self._buffer = b""
-        super().close()
-
-
-class _RangeNotSatisfiable(InvalidArgument):
-    """Internal: a 416 answer (the offset is past the end), turned into ``b""`` by ``read_range``."""
-
-
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _upload(first: memoryview | None, second: memoryview | None, rest: Iterator[memoryview]) -> Iterator[bytes]:
-    for chunk in (first, second):
-        if chunk is not None:
-            yield bytes(chunk)
-    for chunk in rest:
-        yield bytes(chunk)
 
 
 def _text(value: object) -> str:
@@ -663,110 +711,6 @@ def _pair(name: str, value: object) -> tuple[int | None, int | None]:
         if not (item is None or (isinstance(item, int) and not isinstance(item, bool))):
             raise InvalidArgument(f"{name} must be {shape}")
     return first, second
-
-
-def _moment(name: str, value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime) or value.tzinfo is None:
-        raise InvalidMetadata(f"{name} must be a timezone-aware datetime (or None)")
-    try:
-        return format_time(value.astimezone(UTC))
-    except (OverflowError, ValueError):
-        raise InvalidMetadata(f"{name} is out of range") from None
-
-
-def _json_bytes(value: Any) -> bytes:
-    try:
-        return json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except (TypeError, ValueError, RecursionError):
-        raise InvalidArgument("the query arguments must be JSON values (objects, lists, strings, numbers)") from None
-    except UnicodeEncodeError:
-        raise InvalidArgument("an argument is not valid Unicode text (it holds a lone surrogate)") from None
-
-
-def _etag(response: httpx.Response) -> str | None:
-    match = _ETAG.fullmatch(response.headers.get("etag", "").strip())
-    return None if match is None else match.group(1)
-
-
-def _content_length(response: httpx.Response) -> int | None:
-    value = response.headers.get("content-length", "")
-    return int(value) if value.isascii() and value.isdigit() and len(value) <= 19 else None
-
-
-def _content_range(value: str | None) -> tuple[int, int, int] | None:
-    match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", (value or "").strip())
-    return None if match is None else (int(match.group(1)), int(match.group(2)), int(match.group(3)))
-
-
-def _check_whole(data: bytes, expected: str, artifact_id: str) -> None:
-    if hashlib.sha256(data).hexdigest() != expected:
-        raise IntegrityError(f"artifact {artifact_id} failed verification: its bytes do not match the content hash")
-
-
-def _read_at_most(response: httpx.Response, limit: int) -> bytes | None:
-    """The body of an error answer, or None if it is longer than ``limit`` (the rest is never read)."""
-    body = bytearray()
-    for piece in response.iter_bytes():
-        body += piece
-        if len(body) > limit:
-            return None
-    return bytes(body)
-
-
-def _problem(response: httpx.Response, body: bytes | None) -> dict[str, Any] | None:
-    if body is None or not response.headers.get("content-type", "").startswith(PROBLEM_MEDIA_TYPE):
-        return None
-    try:
-        problem = json.loads(body)
-    except ValueError:
-        return None
-    return problem if isinstance(problem, dict) else None
-
-
-def _shown(value: object, limit: int) -> str | None:
-    """A server-written text fit to show: a string of at most ``limit`` printable characters, else None."""
-    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
-        return None
-    return value
-
-
-def _raise_problem(response: httpx.Response, body: bytes | None, artifact_id: str | None) -> NoReturn:
-    """Raise the :mod:`refvault.errors` class a refvault problem names; of any other answer show status and title.
-
-    Only a refvault problem's own ``detail`` (short, printable) becomes a message;
-    bodies that are not problems, unknown fields, oversized texts and reasons
-    that are not refvault's are never repeated.
-    """
-    status = response.status_code
-    problem = _problem(response, body)
-    ours = problem is not None and str(problem.get("type", "")).startswith(PROBLEM_PREFIX)
-    title = _shown(problem.get("title"), _TITLE_CHARS) if problem is not None else None
-    if problem is None or not ours:
-        raise StorageError(f"the refvault server answered HTTP {status}" + (f" ({title})" if title else ""))
-    slug = str(problem["type"])[len(PROBLEM_PREFIX) :]
-    name = problem.get("error")
-    name = name if isinstance(name, str) else ""
-    detail = _shown(problem.get("detail"), _DETAIL_CHARS) or title or f"HTTP {status}"
-    if status == 416:
-        raise _RangeNotSatisfiable(detail)
-    raise error_from_problem(
-        status,
-        slug,
-        name,
-        detail,
-        artifact_id=artifact_id or "(unknown)",
-        reason=problem.get("reason"),
-        retry_after=_retry_after(response.headers.get("retry-after")),
-    )
-
-
-def _retry_after(header: str | None) -> int:
-    """Seconds from a ``Retry-After`` header given in seconds (1 when absent or not a small number)."""
-    if header is None or not (header.strip().isascii() and header.strip().isdigit()):
-        return 1
-    return max(1, min(int(header.strip()), 3600))
 
 
 if TYPE_CHECKING:  # mypy checks here that the client satisfies the vault contract

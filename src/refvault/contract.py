@@ -79,6 +79,13 @@ class VaultContract(Protocol):
     implementation raises them: another tenant's artifact is
     :class:`~refvault.errors.NotFound`, damaged bytes
     :class:`~refvault.errors.IntegrityError`, and so on.
+
+    Every read takes ``purpose`` (why, default ``"default"``) and ``recipient``
+    (who the bytes go to: ``"user"``, ``"export"``, ``"model:<name>"``,
+    ``"tool:<name>"``; default ``"user"``); the tenant's policy decides
+    (:mod:`refvault.policy`): a refusal is :class:`~refvault.errors.PolicyDenied`
+    for the owner and :class:`~refvault.errors.NotFound` for anyone else. A
+    selective read carries them in its request (:mod:`refvault.operations`).
     """
 
     def put(self, scope: Scope, data: object, **metadata: Unpack[CaptureOptions]) -> Descriptor:
@@ -86,31 +93,46 @@ class VaultContract(Protocol):
         (:class:`~refvault.operations.CaptureMetadata`); the descriptor once it is durable."""
         ...
 
-    def describe(self, scope: Scope, artifact_id: str) -> Descriptor:
-        """The descriptor of an artifact visible in ``scope``."""
+    def describe(
+        self, scope: Scope, artifact_id: str, *, purpose: str = "default", recipient: str = "user"
+    ) -> Descriptor:
+        """The descriptor of an artifact ``scope`` may read for ``purpose``, to ``recipient``."""
         ...
 
-    def read_bytes(self, scope: Scope, artifact_id: str) -> bytes:
+    def read_bytes(self, scope: Scope, artifact_id: str, *, purpose: str = "default", recipient: str = "user") -> bytes:
         """Every byte of the artifact, verified."""
         ...
 
-    def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int | None) -> bytes:
+    def read_range(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        offset: int,
+        length: int | None,
+        *,
+        purpose: str = "default",
+        recipient: str = "user",
+    ) -> bytes:
         """Verified bytes ``[offset, offset + length)`` (``None``: to the end), clipped to the artifact."""
         ...
 
-    def stream(self, scope: Scope, artifact_id: str) -> ArtifactReader:
+    def stream(
+        self, scope: Scope, artifact_id: str, *, purpose: str = "default", recipient: str = "user"
+    ) -> ArtifactReader:
         """A stream of the artifact, verified as it is read."""
         ...
 
-    def list(self, scope: Scope) -> list[Descriptor]:
-        """Unexpired artifacts of ``scope``, newest first."""
+    def list(self, scope: Scope, *, purpose: str = "default", recipient: str = "user") -> list[Descriptor]:
+        """Unexpired artifacts of ``scope``, newest first (without those the policy refuses this purpose/recipient)."""
         ...
 
     def delete(self, scope: Scope, artifact_id: str) -> None:
         """Remove the artifact's manifest."""
         ...
 
-    def verify_artifact(self, scope: Scope, artifact_id: str) -> dict[str, Any]:
+    def verify_artifact(
+        self, scope: Scope, artifact_id: str, *, purpose: str = "default", recipient: str = "user"
+    ) -> dict[str, Any]:
         """Re-read and hash every byte: ``{"artifact_id", "ok", "content_hash", "size"}``."""
         ...
 

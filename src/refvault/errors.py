@@ -19,6 +19,8 @@ caller owns is identical to the message about an artifact that does not exist.
     │   └── UnsupportedRead              this read does not apply to this artifact (e.g. a window of a PNG)
     ├── InvalidType (TypeError)          a value of the wrong kind: a Ref from a non-string, an unpicklable guard
     ├── NotFound (LookupError)           absent, deleted, or not yours (indistinguishable)
+    │   ├── GrantNotFound                no live sharing grant of yours has this id (unknown, another's, revoked)
+    │   └── LinkRefused                  a capability link that opens nothing (one message for every reason)
     ├── Expired                          past expires_at (only the owner ever sees this)
     ├── IdempotencyConflict              key reused in the same scope for different bytes
     ├── SealedArtifact                   a model-facing read of a sealed artifact (usable by reference only)
@@ -32,6 +34,7 @@ caller owns is identical to the message about an artifact that does not exist.
     ├── UnresolvedRef                    a Ref was read outside the tool call that received it
     ├── Unauthenticated                  no valid API key (missing, malformed, unknown, revoked: one message)
     ├── Forbidden                        the key is valid but may not act in the requested tenant/user/session
+    │   └── PolicyDenied                 the tenant's policy refuses the owner this read (names the rule id)
     ├── TooManyRequests                  the key or its tenant already has as many uploads in progress as allowed
     └── RequestTimeout                   the client stopped sending its request body; nothing was stored
 """
@@ -60,12 +63,15 @@ __all__ = [
     "EmptyPart",
     "TooLarge",
     "NotFound",
+    "GrantNotFound",
+    "LinkRefused",
     "RefvaultError",
     "StorageError",
     "BadRef",
     "UnresolvedRef",
     "Unauthenticated",
     "Forbidden",
+    "PolicyDenied",
     "TooManyRequests",
     "RequestTimeout",
 ]
@@ -166,6 +172,29 @@ class NotFound(RefvaultError, LookupError):
         super().__init__(f"artifact {shown_id(artifact_id)} not found in this scope")
 
 
+class GrantNotFound(NotFound):
+    """No live sharing grant with this id belongs to the caller's scope: unknown, another scope's, or already
+    revoked (one message for each). Only a well-formed grant id (``grt_`` and 26 of a-z, 2-7) is named."""
+
+    def __init__(self, grant_id: str) -> None:
+        import re
+
+        self.artifact_id = ""
+        self.grant_id = grant_id
+        well_formed = isinstance(grant_id, str) and re.fullmatch(r"grt_[a-z2-7]{26}", grant_id) is not None
+        shown = grant_id if well_formed else "(not a grant id)"
+        RefvaultError.__init__(self, f"grant {shown} not found in this scope")
+
+
+class LinkRefused(NotFound):
+    """A capability link that opens nothing: malformed, tampered, expired, signed with a rotated key, revoked,
+    out of range, or for an artifact its issuer may no longer read. One message for every reason."""
+
+    def __init__(self) -> None:
+        self.artifact_id = ""
+        RefvaultError.__init__(self, "no such link: it is malformed, expired or revoked, or names nothing readable")
+
+
 class Expired(RefvaultError):
     """The artifact is past its retention deadline (``expires_at``).
 
@@ -197,13 +226,17 @@ class ContextLeak(RefvaultError):
     """An outgoing LLM request (or log line, or span) carries protected content; it was not sent.
 
     ``findings`` name the site, artifact id, matched length and arm of each
-    hit, never the content itself; so does the message.
+    hit (and the disclosure-policy rule that denies it to the recipient, if one
+    does), never the content itself; so does the message.
     """
 
     def __init__(self, findings: Sequence[Any]) -> None:
         self.findings = tuple(findings)
         shown = "; ".join(
-            f"{getattr(f, 'site', '?')}: {getattr(f, 'arm', '?')} {getattr(f, 'artifact_id', None) or ''}".rstrip()
+            (
+                f"{getattr(f, 'site', '?')}: {getattr(f, 'arm', '?')} {getattr(f, 'artifact_id', None) or ''}".rstrip()
+                + (f" (policy rule {f.rule_id})" if getattr(f, "rule_id", None) else "")
+            )
             for f in self.findings[:10]
         )
         more = f" (+{len(self.findings) - 10} more)" if len(self.findings) > 10 else ""
@@ -274,6 +307,22 @@ class Unauthenticated(RefvaultError):
 
 class Forbidden(RefvaultError):
     """The API key is valid, but it may not act in the tenant, user or session the request names."""
+
+
+class PolicyDenied(Forbidden):
+    """The tenant's policy refuses this read of the caller's own artifact, for this purpose and recipient.
+
+    Only the owner sees it (anyone else gets :class:`NotFound`, as for an absent artifact). It names
+    the artifact and the id of the rule that decided (``rule_id``), never content.
+    """
+
+    def __init__(self, artifact_id: str, rule_id: str) -> None:
+        self.artifact_id = artifact_id
+        self.rule_id = rule_id
+        super().__init__(
+            f"artifact {shown_id(artifact_id)} may not be read for this purpose and recipient: "
+            f"policy rule {rule_id!r} denies it"
+        )
 
 
 class TooManyRequests(RefvaultError):

@@ -89,11 +89,15 @@ def create_key(
     *,
     sessions: Iterable[str] | None = None,
     label: str | None = None,
+    admin: bool = False,
 ) -> tuple[ApiKey, str]:
     """Store a new key for ``tenant``/``user`` and return it with its token (the only time the token exists).
 
-    ``sessions`` limits the key to those sessions (None: every session of the user).
+    ``sessions`` limits the key to those sessions (None: every session of the user). ``admin`` lets the
+    key also administer its own tenant over HTTP (``PUT /v1/policy``); it reads nothing more.
     """
+    if not isinstance(admin, bool):
+        raise InvalidArgument("admin must be True or False")
     check_name("tenant", tenant)
     check_name("user", user)
     allowed: frozenset[str] | None = None
@@ -113,6 +117,7 @@ def create_key(
         sessions=allowed,
         created_at=vault.clock(),
         label=checked_label("label", label),
+        admin=admin,
     )
     vault.catalog.add_api_key(key)
     return key, token

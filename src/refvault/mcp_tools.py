@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import re
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +39,7 @@ from refvault import __version__
 from refvault.errors import Expired, InvalidId, NotFound, RefvaultError
 from refvault.guard import LeakGuard
 from refvault.model import Descriptor, Scope, is_text
+from refvault.toolbox.taint import model_recipient, recipient_name
 from refvault.toolbox.toolbox import Observation, Toolbox
 
 if TYPE_CHECKING:
@@ -48,6 +52,7 @@ __all__ = [
     "RESOURCES_PAGE",
     "URI_PREFIX",
     "ArtifactTools",
+    "client_name",
     "new_tool_call_id",
     "not_found",
     "text_block",
@@ -56,6 +61,7 @@ __all__ = [
 URI_PREFIX = "refvault://"  # an artifact's URI: this prefix and its id
 RESOURCES_PAGE = 100  # resources per page of resources/list
 MAX_RESOURCE_BYTES = 32 * 1024 * 1024  # the largest artifact resources/read serves
+MAX_CLIENT_MODELS = 64  # Toolboxes kept for distinct MCP client names, most recent
 ARTIFACT_SERVER_NAME = "refvault"  # serverInfo.name where the surface is served alone (/mcp, refvault mcp serve)
 ARTIFACT_INSTRUCTIONS = (
     "refvault stores large and binary tool outputs as artifacts with ids (art_...). Use list_artifacts to see "
@@ -94,13 +100,51 @@ class ArtifactTools:
     """
 
     def __init__(
-        self, vault: VaultContract, *, max_resource_bytes: int = MAX_RESOURCE_BYTES, guard: LeakGuard | None = None
+        self,
+        vault: VaultContract,
+        *,
+        max_resource_bytes: int = MAX_RESOURCE_BYTES,
+        guard: LeakGuard | None = None,
+        model: str | None = None,
     ) -> None:
-        """``guard`` becomes the Toolbox's leak guard (default: the one the Toolbox makes on first use)."""
+        """``guard`` becomes the Toolbox's leak guard (default: the one the Toolbox makes on first use).
+
+        ``model`` names the model every read is for (the recipient ``model:<model>`` the tenant's policy
+        judges); None: the name the MCP client declared when it connected (``clientInfo.name``), else
+        ``model:unknown``.
+        """
         self.vault = vault
         self.max_resource_bytes = max_resource_bytes
-        self.toolbox = Toolbox(vault) if guard is None else Toolbox(vault, guard=guard)
+        self.model = model
+        self._guard = guard
+        self.toolbox = self._new_toolbox(model)
+        self._boxes: OrderedDict[str, Toolbox] = OrderedDict()
+        self._lock = threading.Lock()
         self.schemas: dict[str, dict[str, Any]] = {schema["name"]: schema for schema in self.toolbox.schemas("mcp")}
+
+    def _new_toolbox(self, model: str | None) -> Toolbox:
+        return (
+            Toolbox(self.vault, model=model)
+            if self._guard is None
+            else Toolbox(self.vault, guard=self._guard, model=model)
+        )
+
+    def toolbox_for(self, model: str | None) -> Toolbox:
+        """The Toolbox reading for ``model`` (this surface's own ``model`` when it was given one)."""
+        if self.model is not None or model is None:
+            return self.toolbox
+        name = recipient_name(model)
+        with self._lock:
+            box = self._boxes.get(name)
+            if box is not None:
+                self._boxes.move_to_end(name)
+                return box
+        box = self._new_toolbox(name)
+        with self._lock:
+            box = self._boxes.setdefault(name, box)
+            while len(self._boxes) > MAX_CLIENT_MODELS:
+                self._boxes.popitem(last=False)
+        return box
 
     def tools(self) -> list[types.Tool]:
         """The built-in tools as MCP tools."""
@@ -114,10 +158,11 @@ class ArtifactTools:
         return None if schema is None else schema["inputSchema"]
 
     async def call_tool(
-        self, scope: Scope, name: str, arguments: Mapping[str, Any], tool_call_id: str
+        self, scope: Scope, name: str, arguments: Mapping[str, Any], tool_call_id: str, *, model: str | None = None
     ) -> types.CallToolResult:
-        """Run one built-in tool in ``scope`` (an unknown name is an error result)."""
-        observation = await self.toolbox.call(name, arguments, scope=scope, tool_call_id=tool_call_id)
+        """Run one built-in tool in ``scope`` for ``model`` (:meth:`toolbox_for`); an unknown name: an error result."""
+        box = self.toolbox_for(model)
+        observation = await box.call(name, arguments, scope=scope, tool_call_id=tool_call_id)
         return _observation_result(observation)
 
     def server(self, scope_of: Callable[[ServerRequestContext[Any]], Scope]) -> Server[Any]:
@@ -137,7 +182,11 @@ class ArtifactTools:
             ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
         ) -> types.CallToolResult:
             return await self.call_tool(
-                scope_of(ctx), params.name, params.arguments or {}, new_tool_call_id(ctx.request_id)
+                scope_of(ctx),
+                params.name,
+                params.arguments or {},
+                new_tool_call_id(ctx.request_id),
+                model=client_name(ctx),
             )
 
         async def on_list_resources(
@@ -148,7 +197,7 @@ class ArtifactTools:
         async def on_read_resource(
             ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
         ) -> types.ReadResourceResult:
-            return await self.read_resource(scope_of(ctx), str(params.uri))
+            return await self.read_resource(scope_of(ctx), str(params.uri), model=client_name(ctx))
 
         return Server(
             ARTIFACT_SERVER_NAME,
@@ -177,13 +226,19 @@ class ArtifactTools:
             next_cursor=str(following) if following < len(descriptors) else None,
         )
 
-    async def read_resource(self, scope: Scope, uri: str) -> types.ReadResourceResult:
-        """A ``refvault://`` artifact the model may read in ``scope``; anything else is not found."""
+    async def read_resource(self, scope: Scope, uri: str, *, model: str | None = None) -> types.ReadResourceResult:
+        """A ``refvault://`` artifact the model may read in ``scope``; anything else is not found.
+
+        Read for the recipient ``model:<model>`` (as :meth:`toolbox_for` names it), so the tenant's policy
+        decides; a denial to the owner is a :class:`~refvault.errors.PolicyDenied` naming the rule.
+        """
         if not uri.lower().startswith(URI_PREFIX):
             raise not_found(uri)
         artifact_id = uri[len(URI_PREFIX) :]
+        box = self.toolbox_for(model)
+        reads = {"purpose": box.purpose, "recipient": model_recipient(box.model)}
         try:
-            descriptor = await asyncio.to_thread(self.vault.describe, scope, artifact_id)
+            descriptor = await asyncio.to_thread(functools.partial(self.vault.describe, scope, artifact_id, **reads))
         except (NotFound, InvalidId):
             raise not_found(uri) from None
         except Expired as exc:
@@ -202,12 +257,22 @@ class ArtifactTools:
                 f"{limit} bytes (read text artifacts in windows with read_artifact)",
             )
         try:
-            data = await asyncio.to_thread(self.vault.read_bytes, scope, descriptor.artifact_id)
+            data = await asyncio.to_thread(
+                functools.partial(self.vault.read_bytes, scope, descriptor.artifact_id, **reads)
+            )
         except NotFound:
             raise not_found(uri) from None
         except RefvaultError as exc:
             raise MCPError(types.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}") from None
         return types.ReadResourceResult(contents=[_contents(uri, descriptor, data)])
+
+
+def client_name(ctx: ServerRequestContext[Any]) -> str | None:
+    """The name the MCP client declared when it connected (``clientInfo.name``), if any."""
+    params = getattr(ctx.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    name = getattr(info, "name", None)
+    return name if isinstance(name, str) and name else None
 
 
 def _observation_result(observation: Observation) -> types.CallToolResult:

@@ -15,22 +15,28 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Literal
 
 from refvault.errors import InvalidMetadata
-from refvault.ids import check_name
+from refvault.ids import check_name, is_artifact_id
 
 __all__ = [
     "DESCRIPTOR_FIELDS",
     "Descriptor",
     "Disclosure",
+    "Grant",
     "Principal",
     "Scope",
+    "LABEL_MEANINGS",
+    "MAX_DERIVED_FROM",
+    "MAX_LABELS",
     "canonical_media_type",
+    "check_derived_from",
+    "check_labels",
     "format_time",
     "parse_time",
     "pick",
@@ -94,6 +100,84 @@ class Principal:
             and scope.user == self.user
             and (self.sessions is None or scope.session in self.sessions)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A sharing grant: the owner scope ``owner`` lets ``to`` read one artifact (:meth:`refvault.Vault.share`).
+
+    ``purposes``/``recipients`` (``None``: any) bound what the grantee may read it for and for whom
+    (recipients are glob patterns, e.g. ``model:*``); ``disclosure="sealed"`` makes the artifact
+    sealed for the grantee (its tools may resolve it by ``Ref``, its model may not read it).
+    A grant never crosses tenants: ``to.tenant == owner.tenant``. Trusted state like a manifest:
+    the catalog keeps it with a MAC (:mod:`refvault.catalog.macs`).
+    """
+
+    grant_id: str
+    owner: Scope
+    artifact_id: str
+    to: Principal
+    created_at: datetime
+    purposes: frozenset[str] | None = None
+    recipients: frozenset[str] | None = None
+    disclosure: Disclosure = "model"
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+    @property
+    def tenant(self) -> str:
+        return self.owner.tenant
+
+    def active(self, now: datetime) -> bool:
+        """Not revoked and not past ``expires_at`` at ``now``."""
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (sets as sorted lists, times as :func:`format_time`)."""
+        return {
+            "grant_id": self.grant_id,
+            "tenant": self.owner.tenant,
+            "owner": {"user": self.owner.user, "session": self.owner.session},
+            "artifact_id": self.artifact_id,
+            "to": {
+                "user": self.to.user,
+                "sessions": None if self.to.sessions is None else sorted(self.to.sessions),
+            },
+            "purposes": None if self.purposes is None else sorted(self.purposes),
+            "recipients": None if self.recipients is None else sorted(self.recipients),
+            "disclosure": self.disclosure,
+            "created_at": format_time(self.created_at),
+            "expires_at": None if self.expires_at is None else format_time(self.expires_at),
+            "revoked_at": None if self.revoked_at is None else format_time(self.revoked_at),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Grant:
+        """Rebuild a grant from :meth:`to_dict` output (e.g. received over HTTP)."""
+        try:
+            tenant = data["tenant"]
+            to, owner = data["to"], data["owner"]
+
+            def names(value: Any) -> frozenset[str] | None:
+                return None if value is None else frozenset(str(v) for v in value)
+
+            def moment(value: Any) -> datetime | None:
+                return None if value is None else parse_time(value)
+
+            return cls(
+                grant_id=str(data["grant_id"]),
+                owner=Scope(tenant, owner["user"], owner["session"]),
+                artifact_id=str(data["artifact_id"]),
+                to=Principal(tenant, to["user"], names(to["sessions"])),
+                purposes=names(data["purposes"]),
+                recipients=names(data["recipients"]),
+                disclosure=checked_disclosure(data["disclosure"]),
+                created_at=parse_time(data["created_at"]),
+                expires_at=moment(data["expires_at"]),
+                revoked_at=moment(data["revoked_at"]),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidMetadata(f"malformed grant ({type(exc).__name__})") from None
 
 
 def _freeze(value: Any) -> Any:
@@ -173,6 +257,18 @@ class Descriptor:
         return "sealed" if self.retrieval["disclosure"] == "sealed" else "model"
 
     @property
+    def labels(self) -> frozenset[str]:
+        """The artifact's labels (``retrieval["labels"]``; none on a descriptor that lists none)."""
+        labels = self.retrieval.get("labels")
+        return frozenset(labels) if isinstance(labels, tuple) else frozenset()
+
+    @property
+    def derived_from(self) -> tuple[str, ...]:
+        """The ids of the artifacts this one was derived from (``retrieval["derived_from"]``; often none)."""
+        ids = self.retrieval.get("derived_from")
+        return ids if isinstance(ids, tuple) else ()
+
+    @property
     def owner(self) -> Scope:
         """The scope whose reads may see this artifact."""
         return Scope(self.scope["tenant"], self.scope["user"], self.scope["session"])
@@ -205,6 +301,13 @@ class Descriptor:
     @classmethod
     def _from_fields(cls, data: Mapping[str, Any]) -> Descriptor:
         expires = data["expires_at"]
+        retrieval = data["retrieval"]
+        if isinstance(retrieval, Mapping):  # labels and provenance as a capture records them (JSON lists), or refused
+            for name, check in (("labels", check_labels), ("derived_from", check_derived_from)):
+                value = retrieval.get(name)
+                if value is not None and not isinstance(value, list | tuple):
+                    raise InvalidMetadata(f"retrieval.{name} must be a list")
+                check(value)
         return cls(
             artifact_id=data["artifact_id"],
             content_hash=data["content_hash"],
@@ -391,6 +494,62 @@ def checked_label(name: str, value: object) -> str | None:
     if not isinstance(value, str) or _LABEL.fullmatch(value) is None:
         raise InvalidMetadata(f"{name} must be 1-256 printable ASCII characters")
     return value
+
+
+LABEL_MEANINGS: Mapping[str, str] = MappingProxyType(
+    {
+        "pii": "personal data about a person (names, contact details, identifiers)",
+        "secret": "credentials or key material: never for a model",
+        "confidential": "business-confidential content: only for the purposes a policy allows",
+    }
+)
+"""The labels with a built-in meaning. Any other well-formed name is allowed too; a policy gives it meaning."""
+MAX_LABELS = 32
+MAX_DERIVED_FROM = 256
+_LABEL_NAME = re.compile(r"[a-z0-9][a-z0-9._:-]{0,63}")
+
+
+def check_labels(value: object) -> frozenset[str]:
+    """Validate an artifact's labels: an iterable of names (not one string), at most :data:`MAX_LABELS` of them.
+
+    A name is lowercase ``[a-z0-9][a-z0-9._:-]{0,63}``. Built-in meanings are those of
+    :data:`LABEL_MEANINGS`; any other name is allowed. ``None`` is no labels. A bad value is
+    :class:`InvalidMetadata` naming the rule, never repeating the value (it may be anything).
+    """
+    if value is None:
+        return frozenset()
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidMetadata("labels must be a list or set of label names, e.g. ['pii']")
+    names: set[str] = set()
+    for name in value:
+        if not isinstance(name, str) or _LABEL_NAME.fullmatch(name) is None:
+            raise InvalidMetadata(
+                "a label name is 1-64 characters from a-z 0-9 . _ : -, starting with a lowercase letter or digit"
+            )
+        names.add(name)
+        if len(names) > MAX_LABELS:
+            raise InvalidMetadata(f"an artifact carries at most {MAX_LABELS} labels")
+    return frozenset(names)
+
+
+def check_derived_from(value: object) -> tuple[str, ...]:
+    """Validate ``derived_from``: artifact ids (at most :data:`MAX_DERIVED_FROM`), kept in order without repeats.
+
+    Provenance only: the ids are not looked up (a source may be another scope's, or deleted since).
+    """
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidMetadata("derived_from must be a list of artifact ids")
+    ids: list[str] = []
+    for item in value:
+        if not is_artifact_id(item):
+            raise InvalidMetadata("derived_from must hold artifact ids (art_ and 26 base32 characters)")
+        if item not in ids:
+            ids.append(item)
+        if len(ids) > MAX_DERIVED_FROM:
+            raise InvalidMetadata(f"derived_from names at most {MAX_DERIVED_FROM} artifacts")
+    return tuple(ids)
 
 
 def checked_disclosure(value: object) -> Disclosure:

@@ -18,12 +18,14 @@ recipient, a budget) is added here, once.
 
 The defaults and ceilings are those of :mod:`refvault.limits`. This module sits
 in the bottom layer: it imports only :mod:`refvault.errors`,
-:mod:`refvault.model` and :mod:`refvault.limits`.
+:mod:`refvault.model`, :mod:`refvault.limits` and :mod:`refvault.policy`. Every
+selective read carries ``purpose`` and ``recipient`` (defaults ``"default"`` and
+``"user"``), checked by :func:`refvault.policy.check_purpose` / ``check_recipient``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeGuard, TypeVar
@@ -33,12 +35,15 @@ from refvault.errors import InvalidArgument, InvalidQuery, InvalidType
 from refvault.model import (
     Disclosure,
     canonical_media_type,
+    check_derived_from,
+    check_labels,
     checked_completeness,
     checked_disclosure,
     checked_filename,
     checked_json,
     checked_label,
 )
+from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT, check_purpose, check_recipient
 
 __all__ = [
     "CaptureMetadata",
@@ -91,6 +96,8 @@ class CaptureOptions(TypedDict, total=False):
     idempotency_key: str | None
     filename: str | None
     created_at: datetime | None
+    labels: Iterable[str] | None
+    derived_from: Sequence[str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,8 @@ class CaptureMetadata:
     <refvault.Vault.put>` checks them against its own clock and the client
     sends them for the server to do so. ``source_version`` and ``completeness``
     stay None when not given (a vault records ``{}`` and an ``unknown`` status).
+    ``labels`` (:func:`refvault.model.check_labels`) become a frozenset and
+    ``derived_from`` (:func:`refvault.model.check_derived_from`) a tuple of ids.
     """
 
     media_type: str = "application/octet-stream"
@@ -116,9 +125,13 @@ class CaptureMetadata:
     idempotency_key: str | None = None
     filename: str | None = None
     created_at: datetime | None = None
+    labels: Iterable[str] | None = None
+    derived_from: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         checked: dict[str, Any] = {
+            "labels": check_labels(self.labels),
+            "derived_from": check_derived_from(self.derived_from),
             "media_type": canonical_media_type(self.media_type),
             "disclosure": checked_disclosure(self.disclosure),
             "filename": checked_filename(self.filename),
@@ -146,6 +159,14 @@ class CaptureMetadata:
         """``source_version`` as a manifest records it (``{}`` when none was given)."""
         return {} if self.source_version is None else self.source_version
 
+    def recorded_labels(self) -> frozenset[str]:
+        """``labels`` as a manifest records them (checked: a frozenset of names, empty when none were given)."""
+        return frozenset(self.labels or ())
+
+    def recorded_derived_from(self) -> tuple[str, ...]:
+        """``derived_from`` as a manifest records it (checked artifact ids in order, empty when none were given)."""
+        return tuple(self.derived_from or ())
+
     def recorded_completeness(self) -> dict[str, Any]:
         """``completeness`` as a manifest records it (status ``unknown`` when none was given)."""
         return checked_completeness(None) if self.completeness is None else self.completeness
@@ -162,6 +183,12 @@ class Selection(Generic[T]):
     """
 
     __slots__ = ()
+
+
+def _reader(purpose: object, recipient: object) -> None:
+    """Every selective read's ``purpose`` and ``recipient`` (:mod:`refvault.policy`), checked."""
+    check_purpose(purpose)
+    check_recipient(recipient)
 
 
 def _pair(name: str, value: object, shape: str) -> tuple[object, object]:
@@ -205,8 +232,11 @@ class WindowRequest(Selection[dict[str, Any]]):
     lines: Sequence[int | None] | None = None
     byte_range: Sequence[int] | None = None
     max_chars: int = limits.DEFAULT_WINDOW_CHARS
+    purpose: str = DEFAULT_PURPOSE
+    recipient: str = DEFAULT_RECIPIENT
 
     def __post_init__(self) -> None:
+        _reader(self.purpose, self.recipient)
         if self.lines is not None and self.byte_range is not None:
             raise InvalidArgument("pass lines or byte_range, not both")
         if self.lines is not None:
@@ -262,8 +292,11 @@ class GrepRequest(Selection[dict[str, Any]]):
     max_matches: int = limits.DEFAULT_GREP_MATCHES
     from_line: int = 0
     max_seconds: float = limits.DEFAULT_GREP_SECONDS
+    purpose: str = DEFAULT_PURPOSE
+    recipient: str = DEFAULT_RECIPIENT
 
     def __post_init__(self) -> None:
+        _reader(self.purpose, self.recipient)
         if not isinstance(self.regex, bool):
             raise InvalidArgument("regex must be true or false")
         _pattern(self.pattern, self.regex)
@@ -290,8 +323,11 @@ class QueryRequest(Selection[dict[str, Any]]):
     cursor: object = None
     max_seconds: float = limits.DEFAULT_QUERY_SECONDS
     max_scan: int | None = None
+    purpose: str = DEFAULT_PURPOSE
+    recipient: str = DEFAULT_RECIPIENT
 
     def __post_init__(self) -> None:
+        _reader(self.purpose, self.recipient)
         seconds = self.max_seconds
         if not (isinstance(seconds, int | float) and 0 <= seconds <= limits.MAX_QUERY_SECONDS):
             raise InvalidArgument(f"max_seconds must be between 0 and {limits.MAX_QUERY_SECONDS:g}")
@@ -305,6 +341,11 @@ class RecordSetRequest(Selection["RecordSet | None"]):
     """What a record artifact's derivative holds; ``build``: make it if it is missing (else None then)."""
 
     build: bool = True
+    purpose: str = DEFAULT_PURPOSE
+    recipient: str = DEFAULT_RECIPIENT
+
+    def __post_init__(self) -> None:
+        _reader(self.purpose, self.recipient)
 
 
 # -- listing -----------------------------------------------------------------------------------

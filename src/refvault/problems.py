@@ -51,6 +51,7 @@ class ProblemType:
 # Most specific first: the first class an error is an instance of decides.
 PROBLEM_TYPES: tuple[ProblemType, ...] = (
     ProblemType(errors.Unauthenticated, 401, "unauthenticated", "Unauthenticated", fallback=True),
+    ProblemType(errors.PolicyDenied, 403, "policy-denied", "Denied by policy"),
     ProblemType(errors.Forbidden, 403, "scope-not-allowed", "Scope not allowed", fallback=True),
     ProblemType(errors.UnsupportedRead, 422, "unsupported-read", "Unsupported read", fallback=True),
     ProblemType(errors.InvalidCursor, 400, "invalid-cursor", "Invalid cursor"),
@@ -78,6 +79,7 @@ _SPECIAL: tuple[type[RefvaultError], ...] = (
     errors.NotFound,
     errors.Expired,
     errors.SealedArtifact,
+    errors.PolicyDenied,
     errors.InvalidCursor,
     errors.IntegrityError,
     errors.TooManyRequests,
@@ -115,6 +117,8 @@ def error_from_problem(
     seconds of its ``Retry-After``. A problem that names nothing known is a
     :class:`~refvault.errors.StorageError` that shows its status.
     """
+    if name == "GrantNotFound":  # ``artifact_id`` is then the grant id the caller asked about
+        return errors.GrantNotFound(artifact_id)
     if name == "NotFound" or (status == 404 and not name):
         return errors.NotFound(artifact_id)
     if name == "Expired" or (status == 410 and not name):
@@ -122,6 +126,9 @@ def error_from_problem(
     special = _BY_SLUG.get(slug)
     if name == "SealedArtifact" or (special is not None and special.error is errors.SealedArtifact):
         return errors.SealedArtifact(artifact_id)
+    if name == "PolicyDenied" or (special is not None and special.error is errors.PolicyDenied):
+        rule = re.search(r"policy rule '([A-Za-z0-9][A-Za-z0-9._:-]{0,63})' denies it$", detail)
+        return errors.PolicyDenied(artifact_id, rule.group(1) if rule else "(unknown)")
     if name == "InvalidCursor" or (special is not None and special.error is errors.InvalidCursor):
         message = re.sub(r"^invalid cursor \([^)]*\): ", "", detail)
         known = reason if isinstance(reason, str) and reason in CURSOR_REASONS else "malformed"

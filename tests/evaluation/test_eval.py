@@ -207,13 +207,13 @@ def test_the_canary_scan_finds_excerpts_and_base64_and_nothing_else() -> None:
 
 
 def test_a_scope_check_that_leaks_is_a_disclosure_and_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:
-    def leaky(self: Vault, scope: Any, artifact_id: str) -> Any:  # ignores the scope: the first manifest with the id
-        for manifest in self.catalog.manifests():
+    def leaky(self: Vault, scope: Any, artifact_id: str, *args: Any, **kwargs: Any) -> Any:
+        for manifest in self.catalog.manifests():  # ignores the scope: the first manifest with the id
             if manifest.artifact_id == artifact_id:
                 return manifest
         raise NotFound(artifact_id)
 
-    monkeypatch.setattr(Vault, "_manifest", leaky)
+    monkeypatch.setattr(Vault, "_authorized", leaky)  # the one door every read goes through
     report = run_eval(seed=SEED, trials=1)
     kinds = report.properties()["unauthorised_disclosure"]["by_kind"]
     assert kinds["cross_scope"]["disclosed"] == 36  # every read path; only list (a scoped query) still holds

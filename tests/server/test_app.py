@@ -495,10 +495,10 @@ def test_unknown_route_and_wrong_method_are_problems(client: TestClient, headers
 def test_storage_failure_is_503_and_bugs_are_500_without_details(
     client: TestClient, headers: dict[str, str], vault: Vault, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(*args: Any) -> Any:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise StorageError("the disk is on fire")
 
-    def buggy(*args: Any) -> Any:
+    def buggy(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(CANARY)
 
     monkeypatch.setattr(vault, "describe", broken)

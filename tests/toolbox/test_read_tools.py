@@ -107,8 +107,10 @@ def keys_used(node: Any) -> set[str]:
 
 
 def keyword_names(function: Any, *, drop: tuple[str, ...] = ()) -> set[str]:
+    """The keyword arguments of a Python read, but the reader's purpose and recipient (the Toolbox sets those)."""
     signature = inspect.signature(function)
-    return {p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY and p.name not in drop}
+    dropped = (*drop, "purpose", "recipient")
+    return {p.name for p in signature.parameters.values() if p.kind is p.KEYWORD_ONLY and p.name not in dropped}
 
 
 # -- schemas ---------------------------------------------------------------------------

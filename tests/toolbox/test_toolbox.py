@@ -845,7 +845,8 @@ def test_sync_and_async_tools_through_both_entry_points(vault: Vault, mode: str,
     result = json.loads(obs.content)
     assert result["length"] == 33
     [ctx] = contexts
-    assert (ctx.scope, ctx.run_id, ctx.tool_call_id, ctx.vault) == (SCOPE, "run_9", "call_9", vault)
+    assert (ctx.scope, ctx.run_id, ctx.tool_call_id) == (SCOPE, "run_9", "call_9")
+    assert ctx.vault.embedded_vault() is vault  # the Toolbox's vault, watched for taint (refvault.toolbox.taint)
     assert vault.read_bytes(SCOPE, result["made"]) == b"made by the tool"
     assert vault.describe(SCOPE, result["made"]).tool_call_id == "call_9"
     assert [(e.kind, e.tool_call_id, e.refs) for e in box.trajectory("run_9")] == [

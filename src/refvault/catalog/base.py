@@ -35,9 +35,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from refvault.blobs.base import BlobKey
+from refvault.catalog.audit_log import AuditEntry
 from refvault.errors import IdempotencyConflict, RefvaultError
 from refvault.ids import namespace_of
-from refvault.model import RESOLVER, Descriptor, Disclosure, Scope, selectors_for
+from refvault.model import RESOLVER, Descriptor, Disclosure, Grant, Scope, selectors_for
 
 if TYPE_CHECKING:
     from refvault.catalog.macs import ManifestKeys
@@ -47,6 +48,7 @@ __all__ = [
     "BlobRecord",
     "Catalog",
     "Derivation",
+    "Grant",
     "Manifest",
     "ManifestCheck",
     "Publication",
@@ -99,12 +101,29 @@ class Manifest:
     source_version: dict[str, Any] = field(default_factory=dict)
     completeness: dict[str, Any] = field(default_factory=dict)
     idempotency_key: str | None = None
+    labels: frozenset[str] = frozenset()
+    derived_from: tuple[str, ...] = ()
+    grant_id: str | None = None
+    """Set only on the view a grantee reads through (:mod:`refvault.vault.grants`); never stored, never MAC'd."""
 
     @property
     def key(self) -> BlobKey:
         return BlobKey(namespace_of(self.scope.tenant), self.digest)
 
     def descriptor(self) -> Descriptor:
+        """The descriptor: ``retrieval`` shows ``labels`` (a sorted list) and ``derived_from`` when it is non-empty."""
+        retrieval: dict[str, Any] = {
+            "resolver": RESOLVER,
+            "consistency": "pinned_snapshot",
+            "media_type": self.media_type,
+            "size": self.size,
+            "filename": self.filename,
+            "disclosure": self.disclosure,
+            "selectors": selectors_for(self.media_type),
+            "labels": sorted(self.labels),
+        }
+        if self.derived_from:
+            retrieval["derived_from"] = list(self.derived_from)
         return Descriptor(
             artifact_id=self.artifact_id,
             content_hash="sha256:" + self.digest,
@@ -118,17 +137,10 @@ class Manifest:
                 "user": self.scope.user,
                 "session": self.scope.session,
                 "run_id": self.run_id,
+                **({"shared": True, "grant_id": self.grant_id} if self.grant_id is not None else {}),
             },
             expires_at=self.expires_at,
-            retrieval={
-                "resolver": RESOLVER,
-                "consistency": "pinned_snapshot",
-                "media_type": self.media_type,
-                "size": self.size,
-                "filename": self.filename,
-                "disclosure": self.disclosure,
-                "selectors": selectors_for(self.media_type),
-            },
+            retrieval=retrieval,
         )
 
 
@@ -153,10 +165,15 @@ class ManifestCheck:
 
 @dataclass(frozen=True, slots=True)
 class Publication:
-    """One artifact to publish: its manifest and the record of the blob it points at."""
+    """One artifact to publish: its manifest and the record of the blob it points at.
+
+    ``audit`` is the draft audit entry of the put; the catalog appends it (with the stored
+    manifest's id) in the publishing transaction when the item publishes a new artifact.
+    """
 
     manifest: Manifest
     blob: BlobRecord
+    audit: AuditEntry | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +212,8 @@ class ApiKey:
     created_at: datetime
     revoked_at: datetime | None = None
     label: str | None = None
+    admin: bool = False
+    """The key may also administer its tenant over HTTP (set the disclosure policy); never another tenant."""
 
 
 _REPLAYED_FIELDS = (
@@ -207,6 +226,8 @@ _REPLAYED_FIELDS = (
     "schema_version",
     "source_version",
     "completeness",
+    "labels",
+    "derived_from",
 )
 
 
@@ -247,7 +268,18 @@ class Catalog(Protocol):
     def in_scope(self, scope: Scope) -> list[Manifest]:
         """Artifacts of ``scope``, newest first; ties broken by publication order, newest first."""
 
-    def delete(self, scope: Scope, artifact_id: str) -> bool: ...
+    def delete(self, scope: Scope, artifact_id: str, *, audit: AuditEntry | None = None) -> bool:
+        """Remove the artifact's row; if it was there and ``audit`` is given, append that entry in its transaction."""
+
+    def set_labels(
+        self, scope: Scope, artifact_id: str, labels: frozenset[str], *, audit: AuditEntry | None = None
+    ) -> Manifest | None:
+        """Replace the labels of ``scope``'s artifact and re-MAC its row, in one write (with ``audit``
+        appended in it, if given); the new manifest.
+
+        None if ``scope`` holds no such artifact; :class:`IntegrityError` if its row fails its MAC
+        (an edited row is never re-signed). Only ``Vault.declassify`` calls it.
+        """
 
     def delete_expired(self, now: datetime) -> list[str]:
         """Remove every artifact whose ``expires_at`` is at or before ``now``; return their ids."""
@@ -325,10 +357,53 @@ class Catalog(Protocol):
     def api_keys(self, tenant: str | None = None) -> list[ApiKey]:
         """Every key (of ``tenant``), oldest first."""
 
+    # -- sharing grants (refvault.vault.grants) ------------------------------------
+    # Every grant row carries a MAC like a manifest row; each method below that returns a
+    # grant authenticates it first (IntegrityError, kind="manifest", if it fails).
+
+    def add_grant(self, grant: Grant) -> None:
+        """Store a new grant (signed); its ``grant_id`` must be unused (else :class:`StorageError`)."""
+
+    def grants_for_artifact(self, owner: Scope, artifact_id: str) -> list[Grant]:
+        """Every grant ``owner`` gave on ``artifact_id``, revoked and expired ones included, oldest first."""
+
+    def find_grant(self, grantee: Scope, artifact_id: str, now: datetime) -> list[Grant]:
+        """The grants on ``artifact_id`` that ``grantee`` holds and that are active at ``now``, oldest first."""
+
+    def revoke_grant(self, owner: Scope, grant_id: str, at: datetime) -> Grant | None:
+        """Mark ``owner``'s grant revoked at ``at`` (re-signed); the revoked grant, or None if none such is live."""
+
+    def shared_with(self, grantee: Scope, now: datetime) -> list[Grant]:
+        """Every grant ``grantee`` holds that is active at ``now``, newest first."""
+
+    def audit_grants(self) -> Iterator[tuple[str, str | None]]:
+        """Every grant row as stored (for ``verify``): the artifact id it names (as stored, untrusted) and why
+        it fails its MAC (None if it does not)."""
+
     def get_setting(self, name: str) -> str | None:
         """A small named value shared by every process of the store (e.g. the cursor key ring)."""
 
     def swap_setting(self, name: str, expected: str | None, value: str) -> bool:
         """Atomically set ``name`` to ``value`` if it currently holds ``expected`` (None: absent)."""
+
+    # -- the audit log (refvault.catalog.audit_log) -------------------------------------
+
+    def append_audit(self, entries: Sequence[AuditEntry]) -> list[AuditEntry]:
+        """Append draft entries to their tenants' chains in one transaction; return them as stored.
+
+        Each tenant's head row is locked for the append (tenants in sorted order), so concurrent
+        appenders, in any process, extend one chain without gaps or forks.
+        """
+
+    def audit_entries(
+        self, tenant: str, *, after: int = 0, upto: int | None = None, artifact_id: str | None = None
+    ) -> Iterator[AuditEntry]:
+        """The tenant's entries with ``after < seq <= upto`` (of one artifact if given), in ``seq`` order, streamed."""
+
+    def audit_head(self, tenant: str) -> tuple[int, str]:
+        """The tenant's head row: (seq, hash) of its last entry; ``(0, GENESIS)`` before the first."""
+
+    def audit_tenants(self) -> list[str]:
+        """Every tenant with an audit chain (a head row or an entry), sorted."""
 
     def close(self) -> None: ...

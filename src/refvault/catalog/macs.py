@@ -9,11 +9,15 @@ lacks the key is caught, each row carries ``mac`` = ``v1:<key id>:<64 hex>``, th
 * **Every column a reader relies on is covered.** :func:`canonical` encodes, in a fixed order
   behind a domain tag and the encoding version: artifact id, tenant, user, session, content
   hash, size, media type, disclosure, created and expiry (microseconds), filename, tool call id,
-  run id, schema version, source version, completeness and idempotency key. The row's blob
+  run id, schema version, source version, completeness and idempotency key, then — only when
+  the artifact has any — its labels (sorted) and ``derived_from`` ids: a row without either
+  encodes exactly as before labels existed, so its MAC keeps verifying. The row's blob
   namespace is not free either: the catalogs require it to equal the tenant's
   (:func:`refvault.ids.namespace_of`). Only ``seq`` (publication order) is not covered. A
   derivation (e.g. the Parquet form of a record artifact, which record queries read) is
-  covered the same way: source blob, kind, derived digest and size, info.
+  covered the same way: source blob, kind, derived digest and size, info. So is a sharing grant
+  (:mod:`refvault.vault.grants`): every column, revocation included (a revoke re-signs the row), so a
+  widened, redirected or un-revoked grant fails (``tests/vault/test_grants.py``).
 * **Checked where a row becomes a record.** Both catalogs call :meth:`ManifestKeys.fault` on
   every row they return (``find``, ``in_scope``, ``manifests``, an idempotent replay,
   ``derivation``, ``derivations``): a missing, malformed, unknown-key or wrong MAC is an
@@ -44,7 +48,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from refvault.catalog.base import Derivation, Manifest
+from refvault.catalog.base import Derivation, Grant, Manifest
 from refvault.errors import IntegrityError, InvalidArgument, StorageError, shown_id
 
 if TYPE_CHECKING:
@@ -58,6 +62,7 @@ __all__ = [
     "ManifestKeys",
     "canonical",
     "derivation_error",
+    "grant_error",
     "manifest_error",
     "micros",
 ]
@@ -72,6 +77,7 @@ MAC_VERSION = "v1"
 
 _DOMAIN = "refvault.manifest"
 _DERIVATION_DOMAIN = "refvault.derivation"
+_GRANT_DOMAIN = "refvault.grant"
 _WHAT = "manifest key"
 _MAC = re.compile(r"v1:([0-9A-Za-z_-]{1,32}):([0-9a-f]{64})")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -85,13 +91,16 @@ def micros(moment: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def canonical(record: Manifest | Derivation) -> bytes:
+def canonical(record: Manifest | Derivation | Grant) -> bytes:
     """The bytes a row's MAC covers (encoding ``v1``): a JSON array in a fixed order, ASCII, no spaces.
 
-    A manifest's every field, or a derivation's source blob (namespace and digest), kind,
-    derived digest and size, and info. Each kind of row has its own domain tag. Raises
-    ``ValueError`` for a record no refvault capture produces (e.g. NaN in a JSON field).
+    A manifest's every field (labels and ``derived_from`` only when either is non-empty), or a
+    derivation's source blob (namespace and digest), kind, derived digest and size, and info.
+    Each kind of row has its own domain tag. Raises ``ValueError`` for a record no refvault
+    capture produces (e.g. NaN in a JSON field).
     """
+    if isinstance(record, Grant):
+        return _json(_grant_fields(record))
     if isinstance(record, Derivation):
         derived = [
             _DERIVATION_DOMAIN,
@@ -126,7 +135,38 @@ def canonical(record: Manifest | Derivation) -> bytes:
         m.completeness,
         m.idempotency_key,
     ]
+    if m.labels or m.derived_from:  # appended only when present: a row MAC'd before labels existed still verifies
+        fields += [sorted(m.labels), list(m.derived_from)]
     return _json(fields)
+
+
+def _grant_fields(g: Grant) -> list[object]:
+    """A sharing grant's every field (:mod:`refvault.vault.grants`), behind its own domain tag."""
+
+    def names(value: frozenset[str] | None) -> list[str] | None:
+        return None if value is None else sorted(value)
+
+    def moment(value: datetime | None) -> int | None:
+        return None if value is None else micros(value)
+
+    return [
+        _GRANT_DOMAIN,
+        1,
+        g.grant_id,
+        g.owner.tenant,
+        g.owner.user,
+        g.owner.session,
+        g.artifact_id,
+        g.to.tenant,
+        g.to.user,
+        names(g.to.sessions),
+        names(g.purposes),
+        names(g.recipients),
+        g.disclosure,
+        micros(g.created_at),
+        moment(g.expires_at),
+        moment(g.revoked_at),
+    ]
 
 
 def _json(fields: list[object]) -> bytes:
@@ -362,7 +402,7 @@ class ManifestKeys:
 
     # -- MACs --
 
-    def sign(self, record: Manifest | Derivation) -> str:
+    def sign(self, record: Manifest | Derivation | Grant) -> str:
         """The MAC of ``record`` under the current key (the ring re-read first if its file changed)."""
         self.refresh()
         state = self._state
@@ -374,9 +414,15 @@ class ManifestKeys:
         match = _MAC.fullmatch(mac) if isinstance(mac, str) else None
         return None if match is None else match.group(1)
 
-    def fault(self, record: Manifest | Derivation, mac: object) -> str | None:
+    def fault(self, record: Manifest | Derivation | Grant, mac: object) -> str | None:
         """Why ``mac`` does not authenticate ``record`` (a short phrase, no values), or None if it does."""
-        row = "its derived-data record" if isinstance(record, Derivation) else "its manifest row"
+        row = (
+            "its derived-data record"
+            if isinstance(record, Derivation)
+            else "its grant row"
+            if isinstance(record, Grant)
+            else "its manifest row"
+        )
         if mac is None or mac == "":
             return f"{row} has no MAC"
         match = _MAC.fullmatch(mac) if isinstance(mac, str) else None
@@ -413,6 +459,11 @@ def _refuse_lost_key(path: Path, signed: Callable[[], tuple[int, int]] | None) -
             " (Vault.open(..., manifest_keys=ManifestKeys.from_file(PATH)));"
             " a new key would make every signed row fail verification"
         )
+
+
+def grant_error(problem: str) -> IntegrityError:
+    """The error for a grant row that failed authentication (an edited grant is refused, never honoured)."""
+    return IntegrityError(f"a sharing grant failed verification: {problem}", kind="manifest")
 
 
 def derivation_error(problem: str) -> IntegrityError:

@@ -17,16 +17,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from refvault.blobs.base import BlobKey
+from refvault.catalog.audit_log import GENESIS, AuditEntry, by_tenant, seal_all
 from refvault.catalog.base import (
     ApiKey,
     BlobRecord,
     Derivation,
+    Grant,
     Manifest,
     ManifestCheck,
     Publication,
     replay_or_conflict,
 )
-from refvault.catalog.macs import ManifestKeys, derivation_error, manifest_error
+from refvault.catalog.macs import ManifestKeys, derivation_error, grant_error, manifest_error
 from refvault.errors import RefvaultError, StorageError
 from refvault.model import Scope
 
@@ -52,6 +54,8 @@ class MemoryCatalog:
         self._derivations: dict[tuple[BlobKey, str], tuple[Derivation, str | None]] = {}  # with its MAC
         self._api_keys: dict[str, ApiKey] = {}
         self._settings: dict[str, str] = {}
+        self._grants: dict[str, tuple[Grant, str | None]] = {}  # grant id -> (grant, its MAC)
+        self._audit: dict[str, list[AuditEntry]] = {}  # tenant -> its chain, seq 1..n
 
     def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
         with self._lock:
@@ -80,6 +84,8 @@ class MemoryCatalog:
             record = replace(record, chunk_size=previous[0].chunk_size, chunk_digests=previous[0].chunk_digests)
         self._blobs[item.blob.key] = (record, time.time())
         self._rows[m.artifact_id] = _Row(next(self._seq), m, self.manifest_keys.sign(m))
+        if item.audit is not None:  # under the lock with the row, as the SQL catalog's publishing transaction
+            self._append_audit([item.audit._replace(artifact_id=m.artifact_id)])
         return m
 
     def _manifest(self, row: _Row) -> Manifest:
@@ -118,13 +124,29 @@ class MemoryCatalog:
         rows.sort(key=lambda row: (row.manifest.created_at, row.seq), reverse=True)
         return [self._manifest(row) for row in rows]
 
-    def delete(self, scope: Scope, artifact_id: str) -> bool:
+    def delete(self, scope: Scope, artifact_id: str, *, audit: AuditEntry | None = None) -> bool:
         with self._lock:
             row = self._rows.get(artifact_id)
             if row is None or row.manifest.scope != scope:
                 return False
             del self._rows[artifact_id]
+            if audit is not None:
+                self._append_audit([audit])
             return True
+
+    def set_labels(
+        self, scope: Scope, artifact_id: str, labels: frozenset[str], *, audit: AuditEntry | None = None
+    ) -> Manifest | None:
+        with self._lock:
+            row = self._rows.get(artifact_id)
+            if row is None or row.manifest.scope != scope:
+                return None
+            relabelled = replace(self._manifest(row), labels=frozenset(labels))
+            # a new row object, so that a reader never sees the new manifest with the old MAC
+            self._rows[artifact_id] = _Row(row.seq, relabelled, self.manifest_keys.sign(relabelled))
+            if audit is not None:
+                self._append_audit([audit])
+            return relabelled
 
     def delete_expired(self, now: datetime) -> list[str]:
         with self._lock:
@@ -178,13 +200,22 @@ class MemoryCatalog:
                 elif keys.key_id(mac) != keys.current_id:
                     self._derivations[link] = (derivation, keys.sign(derivation))
                     redone += 1
+            for grant_id, (grant, mac) in self._grants.items():
+                if keys.fault(grant, mac) is not None:
+                    failing += 1
+                elif keys.key_id(mac) != keys.current_id:
+                    self._grants[grant_id] = (grant, keys.sign(grant))
+                    redone += 1
         return redone, failing
 
     def drop_retired_manifest_keys(self) -> list[str] | None:
         keys = self.manifest_keys
         with self._lock:
-            signed: list[tuple[Manifest | Derivation, str | None]] = [(r.manifest, r.mac) for r in self._rows.values()]
+            signed: list[tuple[Manifest | Derivation | Grant, str | None]] = [
+                (r.manifest, r.mac) for r in self._rows.values()
+            ]
             signed += self._derivations.values()
+            signed += self._grants.values()
             for record, mac in signed:
                 if keys.key_id(mac) != keys.current_id and keys.fault(record, mac) is None:
                     return None
@@ -286,6 +317,54 @@ class MemoryCatalog:
             keys = [key for key in self._api_keys.values() if tenant is None or key.tenant == tenant]
         return sorted(keys, key=lambda key: (key.created_at, key.key_id))
 
+    # -- sharing grants ----------------------------------------------------------------
+
+    def _grant(self, entry: tuple[Grant, str | None]) -> Grant:
+        """The grant if its MAC authenticates it, else :class:`IntegrityError` (``kind="manifest"``)."""
+        fault = self.manifest_keys.fault(*entry)
+        if fault is not None:
+            raise grant_error(fault)
+        return entry[0]
+
+    def _grants_where(self, match: Callable[[Grant], bool]) -> list[Grant]:
+        """The grants whose stored fields ``match``, each then authenticated (as the SQL catalog selects rows
+        by their columns and authenticates those), oldest first."""
+        with self._lock:
+            entries = [entry for entry in self._grants.values() if match(entry[0])]
+        found = [self._grant(entry) for entry in entries]
+        return sorted(found, key=lambda g: (g.created_at, g.grant_id))
+
+    def add_grant(self, grant: Grant) -> None:
+        with self._lock:
+            if grant.grant_id in self._grants:
+                raise StorageError("the catalog failed: a grant with this id already exists")
+            self._grants[grant.grant_id] = (grant, self.manifest_keys.sign(grant))
+
+    def grants_for_artifact(self, owner: Scope, artifact_id: str) -> list[Grant]:
+        return self._grants_where(lambda g: g.owner == owner and g.artifact_id == artifact_id)
+
+    def find_grant(self, grantee: Scope, artifact_id: str, now: datetime) -> list[Grant]:
+        found = self._grants_where(lambda g: g.artifact_id == artifact_id and _live_for(g, grantee, now))
+        return [g for g in found if g.to.allows(grantee) and g.active(now)]
+
+    def revoke_grant(self, owner: Scope, grant_id: str, at: datetime) -> Grant | None:
+        with self._lock:
+            entry = self._grants.get(grant_id)
+            if entry is None or entry[0].owner != owner or entry[0].revoked_at is not None:
+                return None
+            revoked = replace(self._grant(entry), revoked_at=at)
+            self._grants[grant_id] = (revoked, self.manifest_keys.sign(revoked))
+            return revoked
+
+    def shared_with(self, grantee: Scope, now: datetime) -> list[Grant]:
+        found = self._grants_where(lambda g: _live_for(g, grantee, now))
+        return [g for g in reversed(found) if g.to.allows(grantee) and g.active(now)]
+
+    def audit_grants(self) -> Iterator[tuple[str, str | None]]:
+        with self._lock:
+            entries = sorted(self._grants.values(), key=lambda entry: (entry[0].created_at, entry[0].grant_id))
+        return iter([(grant.artifact_id, self.manifest_keys.fault(grant, mac)) for grant, mac in entries])
+
     def get_setting(self, name: str) -> str | None:
         with self._lock:
             return self._settings.get(name)
@@ -297,5 +376,55 @@ class MemoryCatalog:
             self._settings[name] = value
             return True
 
+    # -- the audit log -------------------------------------------------------------
+
+    def append_audit(self, entries: Sequence[AuditEntry]) -> list[AuditEntry]:
+        with self._lock:
+            return self._append_audit(entries)
+
+    def _append_audit(self, entries: Sequence[AuditEntry]) -> list[AuditEntry]:
+        stored: list[AuditEntry] = []
+        for tenant, drafts in by_tenant(entries):
+            chain = self._audit.setdefault(tenant, [])
+            head = (chain[-1].seq, chain[-1].hash) if chain else (0, GENESIS)
+            sealed = seal_all(drafts, head)
+            chain.extend(sealed)
+            stored.extend(sealed)
+        return stored
+
+    def audit_entries(
+        self, tenant: str, *, after: int = 0, upto: int | None = None, artifact_id: str | None = None
+    ) -> Iterator[AuditEntry]:
+        with self._lock:
+            chain = list(self._audit.get(tenant, ()))
+        return iter(
+            [
+                entry
+                for entry in chain
+                if entry.seq > after
+                and (upto is None or entry.seq <= upto)
+                and (artifact_id is None or entry.artifact_id == artifact_id)
+            ]
+        )
+
+    def audit_head(self, tenant: str) -> tuple[int, str]:
+        with self._lock:
+            chain = self._audit.get(tenant)
+            return (chain[-1].seq, chain[-1].hash) if chain else (0, GENESIS)
+
+    def audit_tenants(self) -> list[str]:
+        with self._lock:
+            return sorted(self._audit)
+
     def close(self) -> None:
         pass
+
+
+def _live_for(grant: Grant, grantee: Scope, now: datetime) -> bool:
+    """What the SQL catalog selects by: the grantee's tenant and user, not revoked, not expired (unauthenticated)."""
+    return (
+        grant.owner.tenant == grantee.tenant
+        and grant.to.user == grantee.user
+        and grant.revoked_at is None
+        and (grant.expires_at is None or grant.expires_at > now)
+    )

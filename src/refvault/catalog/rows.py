@@ -47,7 +47,34 @@ def decode_manifest(row: Any) -> Manifest:
         source_version=json.loads(row.source_version),
         completeness=json.loads(row.completeness),
         idempotency_key=row.idempotency_key,
+        labels=_labels_of(getattr(row, "labels", None)),
+        derived_from=_ids_of(getattr(row, "derived_from", None)),
     )
+
+
+def _labels_of(column: str | None) -> frozenset[str]:
+    """The labels column (a JSON list; NULL: none). Anything but a list of strings is unreadable."""
+    if column is None:
+        return frozenset()
+    value = json.loads(column)
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ValueError("labels")
+    return frozenset(value)
+
+
+def _ids_of(column: str | None) -> tuple[str, ...]:
+    """The derived_from column (a JSON list of ids; NULL: none). Anything but a list of strings is unreadable."""
+    if column is None:
+        return ()
+    value = json.loads(column)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError("derived_from")
+    return tuple(value)
+
+
+def labels_column(labels: frozenset[str]) -> str | None:
+    """The labels column for ``labels``: a JSON sorted list, NULL for none."""
+    return to_json(sorted(labels)) if labels else None
 
 
 def decode_derivation(row: Any) -> Derivation:
@@ -79,6 +106,7 @@ def api_key_row(key: ApiKey) -> dict[str, Any]:
         "created_us": micros(key.created_at),
         "revoked_us": None if key.revoked_at is None else micros(key.revoked_at),
         "label": key.label,
+        "admin": key.admin,
     }
 
 
@@ -92,6 +120,7 @@ def api_key_of(row: sa.Row[Any]) -> ApiKey:
         created_at=from_us(row.created_us),
         revoked_at=None if row.revoked_us is None else from_us(row.revoked_us),
         label=row.label,
+        admin=bool(row.admin),
     )
 
 
@@ -132,6 +161,8 @@ def artifact_row(m: Manifest, mac: str) -> dict[str, Any]:
         "source_version": to_json(m.source_version),
         "completeness": to_json(m.completeness),
         "idempotency_key": m.idempotency_key,
+        "labels": labels_column(m.labels),
+        "derived_from": to_json(list(m.derived_from)) if m.derived_from else None,
     }
 
 

@@ -15,12 +15,17 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 __all__ = [
+    "AUDIT_MIGRATION",
+    "LABELS_MIGRATION",
     "MAC_MIGRATION",
     "MIGRATIONS",
     "api_keys",
     "artifacts",
+    "audit",
+    "audit_heads",
     "blobs",
     "derivations",
+    "grants",
     "metadata",
     "migrations",
     "settings",
@@ -54,6 +59,10 @@ artifacts = sa.Table(
     sa.Column("idempotency_key", sa.String(256)),
     # ``v1:<key id>:<hex HMAC-SHA256>`` of the row (refvault.catalog.macs); added by migration 4.
     sa.Column("mac", sa.String(128)),
+    # The artifact's labels, a JSON sorted list (NULL: none), and the ids it was derived from, a JSON list
+    # (NULL: none); both covered by the row's MAC. Added by migration 6.
+    sa.Column("labels", sa.Text),
+    sa.Column("derived_from", sa.Text),
     sa.UniqueConstraint("tenant", "user_name", "session", "idempotency_key", name="uq_refvault_idempotency"),
     sa.Index("ix_refvault_artifacts_scope", "tenant", "user_name", "session", "created_us", "seq"),
     sa.Index("ix_refvault_artifacts_blob", "namespace", "digest"),
@@ -102,6 +111,7 @@ api_keys = sa.Table(
     sa.Column("created_us", sa.BigInteger, nullable=False),
     sa.Column("revoked_us", sa.BigInteger),
     sa.Column("label", sa.String(256)),
+    sa.Column("admin", sa.Boolean),  # NULL (older keys) and false: no admin right
     sa.Index("ix_refvault_api_keys_tenant", "tenant"),
 )
 
@@ -113,6 +123,68 @@ settings = sa.Table(
     sa.Column("name", sa.String(128), primary_key=True),
     sa.Column("value", sa.Text, nullable=False),
     sa.Column("updated_us", sa.BigInteger, nullable=False),
+)
+
+# Sharing grants (refvault.vault.grants): an owner scope lets a principal of the same tenant read one
+# artifact. ``grantee_sessions``, ``purposes`` and ``recipients`` are JSON sorted lists, or NULL for any;
+# ``mac`` covers every other column (refvault.catalog.macs), so an edited grant is refused. Migration 7.
+grants = sa.Table(
+    "refvault_grants",
+    metadata,
+    sa.Column("grant_id", sa.String(40), primary_key=True),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("owner_user", sa.String(128), nullable=False),
+    sa.Column("owner_session", sa.String(128), nullable=False),
+    sa.Column("artifact_id", sa.String(30), nullable=False),
+    sa.Column("grantee_user", sa.String(128), nullable=False),
+    sa.Column("grantee_sessions", sa.Text),
+    sa.Column("purposes", sa.Text),
+    sa.Column("recipients", sa.Text),
+    sa.Column("disclosure", sa.String(8), nullable=False),
+    sa.Column("created_us", sa.BigInteger, nullable=False),
+    sa.Column("expires_us", sa.BigInteger),
+    sa.Column("revoked_us", sa.BigInteger),
+    sa.Column("mac", sa.String(128)),
+    sa.Index("ix_refvault_grants_artifact", "tenant", "artifact_id"),
+    sa.Index("ix_refvault_grants_grantee", "tenant", "grantee_user"),
+)
+
+# The audit log (refvault.catalog.audit_log): one hash chain per tenant, numbered 1..n by ``seq``; never
+# payload. ``hash`` = SHA-256(prev_hash || canonical entry). Migration 5.
+audit = sa.Table(
+    "refvault_audit",
+    metadata,
+    sa.Column("tenant", sa.String(128), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("at_us", sa.BigInteger, nullable=False),
+    sa.Column("user_name", sa.String(128), nullable=False),
+    sa.Column("session", sa.String(128), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("outcome", sa.String(64), nullable=False),
+    sa.Column("artifact_id", sa.String(30)),
+    sa.Column("purpose", sa.String(128)),
+    sa.Column("recipient", sa.String(128)),
+    sa.Column("grant_id", sa.String(40)),
+    sa.Column("rule_id", sa.String(128)),
+    sa.Column("selection", sa.String(256)),
+    sa.Column("bytes", sa.BigInteger),
+    sa.Column("records", sa.BigInteger),
+    sa.Column("excerpt_hash", sa.String(64)),
+    sa.Column("content_hash", sa.String(71)),
+    sa.Column("detail", sa.String(128)),
+    sa.Column("prev_hash", sa.String(64), nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
+    sa.Index("ix_refvault_audit_artifact", "tenant", "artifact_id", "seq"),
+    sqlite_with_rowid=False,  # rows live in the primary key's tree: one tree fewer to write per entry
+)
+
+# Each tenant's chain head: the last entry's seq and hash, the row an append locks (FOR UPDATE on PostgreSQL).
+audit_heads = sa.Table(
+    "refvault_audit_heads",
+    metadata,
+    sa.Column("tenant", sa.String(128), primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("hash", sa.String(64), nullable=False),
 )
 
 migrations = sa.Table(
@@ -145,5 +217,46 @@ def _v4(conn: sa.Connection) -> None:
             conn.execute(sa.text(f"ALTER TABLE {table.name} ADD COLUMN mac VARCHAR(128)"))
 
 
+def _v5(conn: sa.Connection) -> None:
+    """The audit log and its per-tenant heads (:mod:`refvault.catalog.audit_log`)."""
+    metadata.create_all(conn, tables=[audit, audit_heads])
+
+
+def _v6(conn: sa.Connection) -> None:
+    """Labels and ``derived_from`` on artifacts (NULL for every existing row: no labels, so their MACs still verify).
+
+    A catalog created by this version got the columns from ``_v1``.
+    """
+    present = {column["name"] for column in sa.inspect(conn).get_columns(artifacts.name)}
+    for name in ("labels", "derived_from"):
+        if name not in present:
+            conn.execute(sa.text(f"ALTER TABLE {artifacts.name} ADD COLUMN {name} TEXT"))
+
+
+def _v7(conn: sa.Connection) -> None:
+    """Sharing grants (:mod:`refvault.vault.grants`)."""
+    metadata.create_all(conn, tables=[grants])
+
+
+def _v8(conn: sa.Connection) -> None:
+    """Admin API keys (``refvault keys create --admin``): NULL for every existing key, which stays a plain one.
+
+    A catalog created by this version got the column from ``_v3``.
+    """
+    if "admin" not in {column["name"] for column in sa.inspect(conn).get_columns(api_keys.name)}:
+        conn.execute(sa.text(f"ALTER TABLE {api_keys.name} ADD COLUMN admin BOOLEAN"))
+
+
+AUDIT_MIGRATION = 5
+LABELS_MIGRATION = 6
 MAC_MIGRATION = 4
-MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [(1, _v1), (2, _v2), (3, _v3), (MAC_MIGRATION, _v4)]
+MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [
+    (1, _v1),
+    (2, _v2),
+    (3, _v3),
+    (MAC_MIGRATION, _v4),
+    (AUDIT_MIGRATION, _v5),
+    (LABELS_MIGRATION, _v6),
+    (7, _v7),
+    (8, _v8),
+]

@@ -77,6 +77,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from refvault.blobs.base import BlobKey
+from refvault.catalog import audit_rows, grant_rows
+from refvault.catalog.audit_log import AuditEntry
 from refvault.catalog.base import (
     ApiKey,
     BlobRecord,
@@ -108,10 +110,12 @@ from refvault.catalog.rows import (
     decode_derivation,
     decode_manifest,
     derivation_pk,
+    labels_column,
     now_us,
     to_json,
 )
 from refvault.catalog.schema import api_keys, artifacts, blobs, derivations, settings
+from refvault.catalog.sql_authority import SqlAuthority
 from refvault.catalog.statements import (
     BLOB,
     DERIVATION,
@@ -148,7 +152,7 @@ POOL_SIZE = 24
 POOL_OVERFLOW = 24
 
 
-class SqlCatalog:
+class SqlCatalog(SqlAuthority):
     """A :class:`~refvault.catalog.Catalog` in a SQL database reached by a SQLAlchemy URL."""
 
     @classmethod
@@ -238,6 +242,7 @@ class SqlCatalog:
             raise StorageError(f"cannot open the catalog: {type(exc).__name__}") from None
         self._postgres = self._engine.dialect.name == "postgresql"
         self._upsert_blob = upsert_blob(self._engine.dialect.name)
+        self._audit_insert = audit_rows.insert_sql(self._engine.dialect.name)
         self._compiled: dict[int, Compiled] = {}
         self._compile_lock = threading.Lock()
         try:
@@ -370,6 +375,7 @@ class SqlCatalog:
     @translated
     def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
         results: list[Manifest | RefvaultError] = []
+        audited: list[AuditEntry] = []
         blob_rows: list[dict[str, Any]] = []
         artifact_rows: list[dict[str, Any]] = []
         with self._write() as conn, conn.begin():
@@ -412,9 +418,13 @@ class SqlCatalog:
                 blob_rows.append(blob_row(item.blob, now))
                 artifact_rows.append(artifact_row(m, self.manifest_keys.sign(m)))
                 results.append(m)
+                if item.audit is not None:
+                    audited.append(item.audit._replace(artifact_id=m.artifact_id))
             if blob_rows:
                 conn.execute(self._upsert_blob, blob_rows)
                 conn.execute(INSERT_ARTIFACT, artifact_rows)
+            if audited:  # the put's audit entry commits with its manifest
+                self._append_audit(conn, audited)
         return results
 
     @translated
@@ -441,10 +451,34 @@ class SqlCatalog:
                 raw.execute("PRAGMA busy_timeout=30000")
 
     @translated
-    def delete(self, scope: Scope, artifact_id: str) -> bool:
+    def delete(self, scope: Scope, artifact_id: str, *, audit: AuditEntry | None = None) -> bool:
         with self._write() as conn, conn.begin():
             result = conn.execute(artifacts.delete().where(artifacts.c.artifact_id == artifact_id, scope_match(scope)))
+            if result.rowcount and audit is not None:
+                self._append_audit(conn, [audit])
             return bool(result.rowcount)
+
+    @translated
+    def set_labels(
+        self, scope: Scope, artifact_id: str, labels: frozenset[str], *, audit: AuditEntry | None = None
+    ) -> Manifest | None:
+        """In one write transaction (the row locked on PostgreSQL): authenticate the row, re-sign it with
+        ``labels``, and append ``audit`` (if given)."""
+        with self._write() as conn, conn.begin():
+            row = conn.execute(
+                FIND.with_for_update() if self._postgres else FIND, {**scope_params(scope), "artifact_id": artifact_id}
+            ).first()
+            if row is None:
+                return None
+            relabelled = replace(self._manifest(row), labels=frozenset(labels))
+            conn.execute(
+                artifacts.update()
+                .where(artifacts.c.seq == row.seq)
+                .values(labels=labels_column(relabelled.labels), mac=self.manifest_keys.sign(relabelled))
+            )
+            if audit is not None:
+                self._append_audit(conn, [audit])
+            return relabelled
 
     @translated
     def delete_expired(self, now: datetime) -> list[str]:
@@ -606,6 +640,8 @@ class SqlCatalog:
             if updates:
                 conn.execute(SET_DERIVATION_MAC, updates)
                 redone += len(updates)
+            grants_redone, grants_failing = grant_rows.remac(conn, keys, current)
+            redone, failing = redone + grants_redone, failing + grants_failing
         after = 0
         while True:
             with self._write() as conn, conn.begin():
@@ -643,6 +679,8 @@ class SqlCatalog:
                     check = self._authenticated if table is artifacts else self._authenticated_derivation
                     if check(row)[-1] is None:  # an authentic row still MAC'd with a retired key
                         return None
+            if grant_rows.use_retired(conn, keys, current):
+                return None
             return keys.drop_retired()
 
     @translated

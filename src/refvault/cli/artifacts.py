@@ -24,14 +24,14 @@ from refvault.cli.console import (
     print_json,
     text,
 )
-from refvault.cli.options import Duration, json_option, main_store_option, scope_options
+from refvault.cli.options import Duration, json_option, main_store_option, reader_options, scope_options
 from refvault.ids import check_artifact_id
 from refvault.model import Descriptor, Scope, format_time
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-__all__ = ["cat", "list_artifacts", "put", "render_descriptor", "rm", "show"]
+__all__ = ["cat", "declassify", "list_artifacts", "put", "render_descriptor", "rm", "show"]
 
 # Types the stdlib table does not know but refvault's readers do (records, lines).
 _EXTRA_MEDIA_TYPES = {
@@ -111,6 +111,7 @@ def render_descriptor(descriptor: Descriptor, *, title: str | None = None) -> Re
         ("completeness", status),
         ("source version", _compact_json(descriptor.to_dict()["source_version"])),
         ("selectors", ", ".join(descriptor.retrieval.get("selectors", ()))),
+        ("labels", ", ".join(sorted(descriptor.labels)) or None),
     ]
     for label, value in rows:
         grid.add_row(label, text(value))
@@ -142,6 +143,14 @@ def _show_descriptor(descriptor: Descriptor, as_json: bool, *, title: str | None
 @click.option("--tool-call-id", help="Provenance: the tool call that produced the bytes.")
 @click.option("--idempotency-key", help="A retried put with the same key in the same scope returns the same id.")
 @click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="NAME",
+    help="A label the artifact carries (repeatable): pii, secret, confidential, or any lowercase name."
+    " Only 'refvault declassify' removes one.",
+)
+@click.option(
     "-q", "--quiet", is_flag=True, help="Print only the new artifact's id (for scripts: id=$(refvault put -q FILE))."
 )
 @scope_options
@@ -157,6 +166,7 @@ def put(
     expires_in: timedelta | None,
     tool_call_id: str | None,
     idempotency_key: str | None,
+    labels: tuple[str, ...],
     quiet: bool,
     tenant: str,
     user: str,
@@ -186,6 +196,7 @@ def put(
             expires_at=expires_at,
             tool_call_id=tool_call_id,
             idempotency_key=idempotency_key,
+            labels=labels,
         )
     if descriptor.size == 0:  # most often a pipeline whose first command failed: stored, but said
         click.echo(f"warning: the input was empty; {descriptor.artifact_id} holds 0 bytes", err=True)
@@ -232,26 +243,46 @@ def _input(source: str) -> Iterator[IO[bytes]]:
 
 @click.command()
 @click.argument("artifact_id", metavar="ID")
+@reader_options
 @scope_options
 @main_store_option
 @json_option
 @click.pass_context
-def show(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: str, as_json: bool) -> None:
+def show(
+    ctx: click.Context,
+    artifact_id: str,
+    purpose: str,
+    recipient: str,
+    tenant: str,
+    user: str,
+    session: str,
+    as_json: bool,
+) -> None:
     """Print the descriptor of artifact ID."""
     scope = Scope(tenant, user, session)
     check_artifact_id(artifact_id)
     with opened(ctx, read_only=True, scope=scope) as vault:
-        descriptor = vault.describe(scope, artifact_id)
+        descriptor = vault.describe(scope, artifact_id, purpose=purpose, recipient=recipient)
     _show_descriptor(descriptor, as_json)
 
 
 @click.command()
 @click.argument("artifact_id", metavar="ID")
+@reader_options
 @scope_options
 @main_store_option
 @json_option
 @click.pass_context
-def cat(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: str, as_json: bool) -> None:
+def cat(
+    ctx: click.Context,
+    artifact_id: str,
+    purpose: str,
+    recipient: str,
+    tenant: str,
+    user: str,
+    session: str,
+    as_json: bool,
+) -> None:
     """Write the bytes of artifact ID to stdout, verified chunk by chunk.
 
     Each chunk is checked against its digest before any of it is written; on
@@ -268,8 +299,9 @@ def cat(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: s
     check_artifact_id(artifact_id)
     out = sys.stdout.buffer
     with opened(ctx, read_only=True, scope=scope) as vault:
-        descriptor = vault.describe(scope, artifact_id) if as_json else None
-        with vault.stream(scope, artifact_id) as stream:
+        reader = {"purpose": purpose, "recipient": recipient}
+        descriptor = vault.describe(scope, artifact_id, **reader) if as_json else None
+        with vault.stream(scope, artifact_id, **reader) as stream:
             if descriptor is None:
                 for chunk in stream.iter_chunks():
                     out.write(chunk)
@@ -357,3 +389,31 @@ def rm(ctx: click.Context, artifact_id: str, tenant: str, user: str, session: st
         print_json({"artifact_id": artifact_id, "deleted": True})
     else:
         make_console().print(text(f"deleted {artifact_id}"))
+
+
+@click.command()
+@click.argument("artifact_id", metavar="ID")
+@click.option(
+    "--remove", "remove", multiple=True, required=True, metavar="NAME", help="A label to remove (repeatable)."
+)
+@click.option("--reason", required=True, help="Why the labels go (the audit keeps its SHA-256, not the text).")
+@scope_options
+@main_store_option
+@json_option
+@click.pass_context
+def declassify(
+    ctx: click.Context,
+    artifact_id: str,
+    remove: tuple[str, ...],
+    reason: str,
+    tenant: str,
+    user: str,
+    session: str,
+    as_json: bool,
+) -> None:
+    """Remove labels from artifact ID (owner only; audited) and print its descriptor."""
+    scope = Scope(tenant, user, session)
+    check_artifact_id(artifact_id)
+    with opened(ctx, scope=scope) as vault:
+        descriptor = vault.declassify(scope, artifact_id, remove=set(remove), reason=reason)
+    _show_descriptor(descriptor, as_json, title="declassified")

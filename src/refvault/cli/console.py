@@ -108,12 +108,15 @@ def cli_error(exc: RefvaultError, prefix: str = "") -> CliError:
     return failure(prefix + error_message(exc), type(exc).__name__)
 
 
-def open_store(location: str | os.PathLike[str], *, read_only: bool = False) -> Vault:
-    """``Vault.open(location)``; a failure becomes a :class:`CliError` that names the store."""
+def open_store(location: str | os.PathLike[str], *, read_only: bool = False, audit: bool = True) -> Vault:
+    """``Vault.open(location)``; a failure becomes a :class:`CliError` that names the store.
+
+    ``audit=False``: no persistent audit log (a store opened ``read_only`` keeps none either).
+    """
     from refvault.vault import Vault
 
     try:
-        return Vault.open(location, read_only=read_only)
+        return Vault.open(location, read_only=read_only, audit=audit)
     except RefvaultError as exc:
         raise cli_error(exc, f"cannot open store {os.fspath(location)}: ") from None
 
@@ -149,7 +152,7 @@ def not_found(exc: NotFound, scope: Scope) -> CliError:
 
 @contextmanager
 def opened(
-    ctx: click.Context, *, create: bool = False, read_only: bool = False, scope: Scope | None = None
+    ctx: click.Context, *, create: bool = False, read_only: bool = False, scope: Scope | None = None, audit: bool = True
 ) -> Iterator[Vault]:
     """The command's vault.
 
@@ -163,7 +166,7 @@ def opened(
     new = is_new_store(location)
     if new and not create:
         raise no_store(location)
-    with open_store(location, read_only=read_only) as vault:
+    with open_store(location, read_only=read_only, audit=audit) as vault:
         if new:
             click.echo(f"created a new store at {location}", err=True)
         try:

@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from refvault import __version__
-from refvault.cli.artifacts import cat, list_artifacts, put, rm, show
+from refvault.cli.artifacts import cat, declassify, list_artifacts, put, rm, show
 from refvault.cli.console import CliError, cli_error
 from refvault.cli.maintenance import gc, manifest_key, migrate, verify
 from refvault.cli.options import ARGS_KEY, JSON_KEY, main_store_option
@@ -40,6 +40,13 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "mcp": ("refvault.cli.mcp", "mcp"),
     "serve": ("refvault.cli.serve", "serve"),
     "keys": ("refvault.cli.serve", "keys"),
+    "audit": ("refvault.cli.audit", "audit"),
+    "disclosures": ("refvault.cli.audit", "disclosures"),
+    "link": ("refvault.cli.links", "link"),
+    "share": ("refvault.cli.share", "share"),
+    "grants": ("refvault.cli.share", "grants"),
+    "revoke": ("refvault.cli.share", "revoke"),
+    "policy": ("refvault.cli.policy", "policy"),
 }
 
 
@@ -138,5 +145,18 @@ def main() -> None:
     """
 
 
-for _command in (put, show, cat, read_command, query_command, list_artifacts, rm, verify, gc, migrate, manifest_key):
+for _command in (
+    put,
+    show,
+    cat,
+    read_command,
+    query_command,
+    list_artifacts,
+    rm,
+    declassify,
+    verify,
+    gc,
+    migrate,
+    manifest_key,
+):
     main.add_command(_command)

@@ -79,8 +79,14 @@ def _store_option(created: bool) -> Callable[[F], F]:
 @_scope_option("tenant")
 @_scope_option("user")
 @_scope_option("session")
+@click.option(
+    "--model",
+    metavar="NAME",
+    help="The model refvault's read tools read for (the tenant's policy judges the recipient model:NAME); "
+    "default: the name the MCP client declares.",
+)
 @click.pass_context
-def serve(ctx: click.Context, tenant: str, user: str, session: str) -> None:
+def serve(ctx: click.Context, tenant: str, user: str, session: str, model: str | None) -> None:
     """Serve refvault's model-facing tools and resources over stdio, for MCP hosts configured with a command.
 
     Tools: describe_artifact, list_artifacts, read_artifact, query_artifact and
@@ -92,9 +98,12 @@ def serve(ctx: click.Context, tenant: str, user: str, session: str) -> None:
     from refvault.cli.console import BadInput, opened, read_only_media
     from refvault.errors import InvalidArgument
     from refvault.model import Scope
+    from refvault.policy import check_recipient
 
     try:
         scope = Scope(tenant, user, session)
+        if model is not None:
+            check_recipient("model:" + model)
     except InvalidArgument as exc:
         raise BadInput(str(exc), type(exc).__name__) from None
     gateway = _gateway_module()
@@ -102,7 +111,7 @@ def serve(ctx: click.Context, tenant: str, user: str, session: str) -> None:
     with opened(ctx, read_only=read_only_media(ctx)) as vault:  # its reads only write caches where they can
         import anyio
 
-        server = gateway.ArtifactTools(vault).server(lambda _: scope)
+        server = gateway.ArtifactTools(vault, model=model).server(lambda _: scope)
         line = f"refvault mcp serve: serving {scope} over stdio"
         try:
             anyio.run(lambda: gateway.serve_until_stopped(server, announce=lambda: gateway.stderr_line(line)))
@@ -162,6 +171,19 @@ def _gateway_module() -> Any:
 )
 @click.option("--name", "server_name", metavar="NAME", help="The upstream's name in provenance (default: its own).")
 @click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="NAME",
+    help="A label every part stored from the upstream's results carries (repeatable), e.g. --label pii.",
+)
+@click.option(
+    "--model",
+    metavar="NAME",
+    help="The model refvault's read tools read for (the tenant's policy judges the recipient model:NAME); "
+    "default: the name the MCP client declares.",
+)
+@click.option(
     "--env",
     "env_vars",
     multiple=True,
@@ -187,6 +209,8 @@ def proxy(
     preview_chars: int,
     binary_disclosure: str,
     server_name: str | None,
+    labels: tuple[str, ...],
+    model: str | None,
     env_vars: tuple[str, ...],
     inherit_env: bool,
     command: tuple[str, ...],
@@ -218,6 +242,8 @@ def proxy(
             preview_chars=preview_chars,
             binary_disclosure="model" if binary_disclosure == "model" else "sealed",
             server_name=server_name,
+            labels=frozenset(labels),
+            model=model,
         )
     except InvalidArgument as exc:
         raise BadInput(str(exc), type(exc).__name__) from None

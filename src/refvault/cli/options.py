@@ -30,6 +30,7 @@ __all__ = [
     "explicit_store",
     "json_option",
     "main_store_option",
+    "reader_options",
     "scope_options",
     "store_location",
     "store_option",
@@ -105,6 +106,29 @@ def scope_options(func: F) -> F:
         )
         func = option(func)
     return func
+
+
+def reader_options(func: F) -> F:
+    """``--purpose`` and ``--recipient`` of a read: why, and who the bytes go to (the tenant's policy decides)."""
+    recipient = click.option(
+        "--recipient",
+        envvar="REFVAULT_RECIPIENT",
+        default="user",
+        show_default=True,
+        show_envvar=True,
+        metavar="WHO",
+        help="Who the bytes go to: user, export, model:<name> or tool:<name>.",
+    )
+    purpose = click.option(
+        "--purpose",
+        envvar="REFVAULT_PURPOSE",
+        default="default",
+        show_default=True,
+        show_envvar=True,
+        metavar="PURPOSE",
+        help="Why the bytes are read (the tenant's policy decides by it).",
+    )
+    return purpose(recipient(func))
 
 
 if TYPE_CHECKING:

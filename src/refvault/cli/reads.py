@@ -19,7 +19,7 @@ from refvault.cli.console import (
     print_json,
     read_only_media,
 )
-from refvault.cli.options import json_option, main_store_option, scope_options
+from refvault.cli.options import json_option, main_store_option, reader_options, scope_options
 from refvault.errors import SealedArtifact, StorageError, UnsupportedRead, shown_id
 from refvault.limits import DEFAULT_GREP_MATCHES, DEFAULT_WINDOW_CHARS, MAX_CHARS, MAX_FROM_LINE, MAX_LIMIT, MAX_MATCHES
 from refvault.model import Descriptor, Scope, base_type, is_records
@@ -60,6 +60,7 @@ __all__ = ["query_command", "read_command"]
     show_default=True,
     help=f"Cap on the characters of a window (at most {MAX_CHARS:,}).",
 )
+@reader_options
 @scope_options
 @main_store_option
 @json_option
@@ -74,6 +75,8 @@ def read_command(
     regex: bool,
     max_matches: int | None,
     max_chars: int,
+    purpose: str,
+    recipient: str,
     tenant: str,
     user: str,
     session: str,
@@ -106,6 +109,8 @@ def read_command(
                     regex=regex,
                     max_matches=max_matches or DEFAULT_GREP_MATCHES,
                     from_line=from_line or 0,
+                    purpose=purpose,
+                    recipient=recipient,
                 )
             else:
                 span: list[int | None] | None = [from_line, None] if from_line is not None else None
@@ -116,9 +121,11 @@ def read_command(
                     lines=list(lines) if lines else span,
                     byte_range=list(byte_range) if byte_range else None,
                     max_chars=max_chars,
+                    purpose=purpose,
+                    recipient=recipient,
                 )
         except UnsupportedRead:
-            raise _not_text(vault.describe(scope, artifact_id)) from None
+            raise _not_text(vault.describe(scope, artifact_id, purpose=purpose, recipient=recipient)) from None
         except SealedArtifact as exc:
             shown = shown_id(exc.artifact_id)
             raise CliError(
@@ -250,6 +257,7 @@ def _not_text(descriptor: Descriptor) -> BadInput:
 )
 @click.option("--range", "record_range", nargs=2, type=int, metavar="START END", help="Records [START, END) only.")
 @click.option("--cursor", metavar="CURSOR", help="next_cursor from the previous page (same selection).")
+@reader_options
 @scope_options
 @main_store_option
 @json_option
@@ -263,6 +271,8 @@ def query_command(
     limit: int,
     record_range: tuple[int, int] | None,
     cursor: str | None,
+    purpose: str,
+    recipient: str,
     tenant: str,
     user: str,
     session: str,
@@ -293,8 +303,9 @@ def query_command(
         for key in order_by
     ]
     # A first query of an artifact stores its columnar derivative: read-only only where nothing can be written.
+    # Like every reading command (opened read-only), it writes no audit entries: it changes nothing else.
     read_only = read_only_media(ctx)
-    with opened(ctx, read_only=read_only, scope=scope) as vault:
+    with opened(ctx, read_only=read_only, scope=scope, audit=False) as vault:
         try:
             answer = records.query(
                 vault,
@@ -306,6 +317,8 @@ def query_command(
                 limit=limit,
                 record_range=list(record_range) if record_range else None,
                 cursor=cursor,
+                purpose=purpose,
+                recipient=recipient,
             )
         except StorageError as exc:
             if not read_only or exc.errno not in (errno.EROFS, errno.EACCES):

@@ -302,6 +302,7 @@ def _key_dict(key: ApiKey) -> dict[str, Any]:
         "user": key.user,
         "sessions": None if key.sessions is None else sorted(key.sessions),
         "label": key.label,
+        "admin": key.admin,
         "created_at": format_time(key.created_at),
         "revoked_at": None if key.revoked_at is None else format_time(key.revoked_at),
     }
@@ -316,6 +317,7 @@ def _sessions_text(key: ApiKey) -> str:
 @click.option("--user", required=True, metavar="NAME", help="The key's user.")
 @click.option("--session", "sessions", multiple=True, metavar="NAME", help="Allow only this session (repeatable).")
 @click.option("--label", metavar="TEXT", help="A note to recognise the key by (printable ASCII).")
+@click.option("--admin", is_flag=True, help="The key may also set its tenant's disclosure policy over HTTP.")
 @click.option("--json", "as_json", is_flag=True, help="Print the key and its token as JSON.")
 @_store_options
 @click.pass_context
@@ -325,6 +327,7 @@ def create(
     user: str,
     sessions: tuple[str, ...],
     label: str | None,
+    admin: bool,
     as_json: bool,
     catalog: str | None,
     blobs: str | None,
@@ -334,7 +337,7 @@ def create(
     from refvault.keys import create_key
 
     with _vault(ctx, catalog, blobs, s3_endpoint) as vault:
-        key, token = create_key(vault, tenant, user, sessions=list(sessions) or None, label=label)
+        key, token = create_key(vault, tenant, user, sessions=list(sessions) or None, label=label, admin=admin)
     if as_json:
         click.echo(json.dumps({**_key_dict(key), "token": token}, indent=2))
         return

@@ -12,7 +12,7 @@ import asyncio
 import binascii  # noqa: F401  (tests reach the decoder's binascii through this module)
 import copy
 import hashlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar, overload
@@ -44,6 +44,7 @@ async def materialize(
     limits: Limits = ...,
     disclosure: Disclosure = ...,
     run_id: str | None = ...,
+    labels: Iterable[str] = ...,
 ) -> dict[str, Any]: ...
 
 
@@ -58,6 +59,7 @@ async def materialize(
     limits: Limits = ...,
     disclosure: Disclosure = ...,
     run_id: str | None = ...,
+    labels: Iterable[str] = ...,
 ) -> T: ...
 
 
@@ -71,6 +73,7 @@ async def materialize(
     limits: Limits = Limits(),  # noqa: B008  (frozen, so one shared default is safe)
     disclosure: Disclosure = "sealed",
     run_id: str | None = None,
+    labels: Iterable[str] = (),
 ) -> Any:
     """Store every image, audio and embedded blob part of ``result``; return its metadata-only projection.
 
@@ -83,6 +86,7 @@ async def materialize(
     argument, and a :class:`~refvault.errors.MaterializationError` (``permanent``:
     do not re-issue the tool call) for a refused or failed part. A retry with the
     same ``tool_call_id`` returns the same artifact ids and stores nothing new.
+    Every stored part carries ``labels`` (e.g. those a gateway's upstream is configured with).
     """
     if not isinstance(vault, EmbeddedHandle):  # a Vault or an AsyncVault (a Client is not: its writes are remote)
         raise InvalidArgument("vault must be a refvault.Vault or AsyncVault")
@@ -106,6 +110,7 @@ async def materialize(
             disclosure=disclosure,
             created_at=created_at,
             already=len(stored),
+            labels=labels,
         )
         if not stored:
             # A retry replays the first part with the moment of its first capture: later parts share it.
@@ -218,6 +223,7 @@ async def _store(
     disclosure: Disclosure,
     created_at: datetime,
     already: int,
+    labels: Iterable[str] = (),
 ) -> Descriptor:
     source_version: dict[str, Any] = {"provenance": provenance, **where_found(part), **part.facts.as_json()}
     if part.source_uri is not None:
@@ -235,6 +241,7 @@ async def _store(
         filename=part.filename,
         idempotency_key=idempotency_key(tool_call_id, part.slot),
         created_at=created_at,
+        labels=labels,
     )
     try:
         return await _uninterrupted(write)

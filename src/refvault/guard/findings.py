@@ -25,15 +25,21 @@ class Finding:
     ``artifact_id`` is None for the size arm; ``matched`` is the bytes matched (content arm: an upper
     bound of the verbatim span, at least ``min_match``), the bytes of the artifact its pieces sent
     in this run would add up to (piece arm: at least ``piece_limit``) or the payload's size (size arm).
+    ``rule_id`` names the tenant's disclosure-policy rule that denies the artifact to the request's
+    recipient, when one does (:mod:`refvault.policy`).
     """
 
     site: str
     artifact_id: str | None
     matched: int
     arm: Literal["content", "pieces", "size"]
+    rule_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"site": self.site, "artifact_id": self.artifact_id, "matched": self.matched, "arm": self.arm}
+        found = {"site": self.site, "artifact_id": self.artifact_id, "matched": self.matched, "arm": self.arm}
+        if self.rule_id is not None:
+            found["rule_id"] = self.rule_id
+        return found
 
 
 _SHOWN_ARTIFACTS = 5
@@ -47,18 +53,22 @@ def event_line(findings: Sequence[Finding], policy: Policy) -> str:
     intended: it carried protected artifact art_... (messages[3].content); nothing was sent``.
     """
     by_artifact: dict[str, list[str]] = {}
+    rules: dict[str, str] = {}
     extra: list[str] = []
     for f in findings:
         if f.artifact_id is None:
             extra.append(f"a {f.matched:,}-byte payload over the guard's size limit ({f.site})")
         else:
             by_artifact.setdefault(f.artifact_id, []).append(f.site)
+            if f.rule_id is not None:
+                rules[f.artifact_id] = f.rule_id
     parts = []
     for artifact_id, sites in list(by_artifact.items())[:_SHOWN_ARTIFACTS]:
         shown = ", ".join(sites[:_SHOWN_SITES]) + (
             f", +{len(sites) - _SHOWN_SITES} more" if len(sites) > _SHOWN_SITES else ""
         )
-        parts.append(f"{artifact_id} ({shown})")
+        rule = f", denied to this recipient by policy rule {rules[artifact_id]}" if artifact_id in rules else ""
+        parts.append(f"{artifact_id} ({shown}{rule})")
     if len(by_artifact) > _SHOWN_ARTIFACTS:
         parts.append(f"+{len(by_artifact) - _SHOWN_ARTIFACTS} more artifacts")
     what = "; ".join(

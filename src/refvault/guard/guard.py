@@ -10,7 +10,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
@@ -25,6 +25,9 @@ from refvault.guard.payloads import base64_payloads, hex_payloads, payload_diges
 from refvault.guard.pieces import Coverage, Piece, Short, locate, pieces_of
 from refvault.guard.redaction import LeafHits, redact_leaf, whole_marker
 from refvault.guard.requests import Leaf, normalized_form, payload_views, views, walk
+from refvault.model import check_labels
+from refvault.policy import DEFAULT_PURPOSE, check_purpose, check_recipient, decide
+from refvault.policy import Policy as DisclosurePolicy
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
@@ -41,12 +44,22 @@ PIECE_K: Final = 16
 _DECODE_DEPTH: Final = 3  # encodings decoded inside one another (base64 of base64 of hex, ...)
 _DECODE_BUDGET: Final = 4  # decoded bytes per scan: at most this many times the scanned bytes (and 1 MiB)
 _PIECE_CACHE: Final = 4096  # leaves whose piece-arm chains are remembered (most recent)
+_MAX_LABELLED: Final = 100_000  # artifacts whose labels the guard remembers (most recent)
+_UNKNOWN_MODEL: Final = "model:unknown"
+
+PolicySource = DisclosurePolicy | Callable[[], DisclosurePolicy | None]
+"""A tenant's disclosure policy, or a callable that returns the current one (None: no policy)."""
+StopSink = Callable[[Sequence[Finding], str, str], None]
+"""Told of each refused or redacted request: its findings, its recipient and its purpose (never content)."""
 
 
 class _Scanned(NamedTuple):
     leaves: list[Leaf]
     hits: dict[int, LeafHits]
     shorts: list[Short]
+    denied: dict[str, str | None]  # artifacts found that the policy denies to the recipient -> the rule
+    recipient: str
+    purpose: str
 
 
 class LeakGuard:
@@ -60,6 +73,11 @@ class LeakGuard:
     stretch of one artifact that such pieces may cover in a run (default ``1.5 * min_match``);
     ``piece_budget``: the arm covers the most recently protected bytes, at least this many (it
     indexes about 4.6 bytes per byte at ``piece_min = 20``: 4 MiB by default); see :meth:`check`.
+    ``disclosure``: the tenant's disclosure policy (:class:`refvault.policy.Policy`, or a callable
+    returning the current one), applied at the LLM edge to the artifacts labelled here (:meth:`label`,
+    :meth:`watch`); see :meth:`check`. ``on_stop(findings, recipient, purpose)`` is called each time
+    :meth:`check` refuses or redacts a request, before it raises or returns (a Toolbox audits the stop
+    with it); an exception from it propagates, so the request is still not sent.
     """
 
     def __init__(
@@ -71,6 +89,8 @@ class LeakGuard:
         piece_min: int | None = 20,
         piece_limit: int | None = None,
         piece_budget: int = 4 << 20,
+        disclosure: PolicySource | None = None,
+        on_stop: StopSink | None = None,
     ) -> None:
         if isinstance(min_match, bool) or not isinstance(min_match, int):
             raise InvalidArgument("min_match must be an integer")
@@ -91,6 +111,12 @@ class LeakGuard:
             raise InvalidArgument(f"piece_limit must be None or an integer between {PIECE_K} and 2 * min_match")
         if isinstance(piece_budget, bool) or not isinstance(piece_budget, int) or piece_budget < 1:
             raise InvalidArgument("piece_budget must be a positive integer")
+        if disclosure is not None and not (isinstance(disclosure, DisclosurePolicy) or callable(disclosure)):
+            raise InvalidArgument("disclosure must be a refvault.policy.Policy, a callable returning one, or None")
+        if on_stop is not None and not callable(on_stop):
+            raise InvalidArgument("on_stop must be a callable (findings, recipient, purpose) or None")
+        self.disclosure = disclosure
+        self.on_stop = on_stop
         self.min_match = min_match
         self.size_threshold = size_threshold
         self.policy: Policy = policy
@@ -117,6 +143,9 @@ class LeakGuard:
         self._admitted: dict[bytes, None] = {}  # digests of payloads admitted past the size arm (insertion order)
         self._disclosed: dict[bytes, frozenset[str]] = {}  # digest of a text shown the model -> artifacts it shows
         self._pending: dict[tuple[str, bytes], threading.Event] = {}  # being added by some thread
+        self._labels: dict[str, frozenset[str]] = {}  # artifact -> its labels (most recent kept)
+        self._protected_ids: set[str] = set()  # artifacts protect()ed: any finding of them stops
+        self._watched: set[str] = set()  # artifacts indexed by watch() only: a finding counts if the policy denies
         compile_all(LeakGuard, when_uncached=False)  # the first guard in a process: every kernel, compiled once
 
     # -- protecting ------------------------------------------------------------------------------------------------
@@ -131,6 +160,10 @@ class LeakGuard:
         Returns only once every item is in the index: bytes another thread is protecting right now are
         waited for (and protected here if that thread fails).
         """
+        return self._protect_many(items, watched=False)
+
+    def _protect_many(self, items: Iterable[tuple[str, bytes | str]], *, watched: bool) -> int:
+        ids: set[str] = set()
         batch: list[tuple[str, bytes]] = []
         keys: list[tuple[str, bytes]] = []
         waits: list[tuple[threading.Event, tuple[str, bytes], str, bytes]] = []
@@ -139,6 +172,7 @@ class LeakGuard:
         try:
             for artifact_id, data in items:
                 raw = _checked(artifact_id, data)
+                ids.add(artifact_id)
                 key = (artifact_id, hashlib.blake2b(raw, digest_size=16).digest())
                 with self._lock:
                     if key in self._seen:
@@ -156,6 +190,10 @@ class LeakGuard:
                     self._add(batch, keys)
                     batch, keys, size = [], [], 0
             self._add(batch, keys)
+            if not watched:
+                with self._lock:  # protected now: any finding of these stops, policy or not
+                    self._protected_ids |= ids
+                    self._watched -= ids
         except BaseException:
             with self._lock:  # claimed but never added (an invalid item, say): let others go on
                 for key in keys:
@@ -168,7 +206,7 @@ class LeakGuard:
             with self._lock:
                 done = key in self._seen
             if not done:  # the other thread failed: protect them here
-                added += self.protect_many([(artifact_id, raw)])
+                added += self._protect_many([(artifact_id, raw)], watched=watched)
         return added
 
     def _add(self, batch: list[tuple[str, bytes]], keys: list[tuple[str, bytes]]) -> None:
@@ -245,20 +283,50 @@ class LeakGuard:
             while len(self._disclosed) > _MAX_DISCLOSED:
                 del self._disclosed[next(iter(self._disclosed))]
 
+    def label(self, artifact_id: str, labels: Iterable[str]) -> None:
+        """Remember an artifact's labels, for the disclosure policy (see :meth:`check`); the latest call wins."""
+        checked = check_labels(labels)
+        with self._lock:
+            self._labels.pop(artifact_id, None)
+            self._labels[artifact_id] = checked
+            while len(self._labels) > _MAX_LABELLED:
+                del self._labels[next(iter(self._labels))]
+
+    def watch(self, artifact_id: str, text: bytes | str, labels: Iterable[str]) -> None:
+        """Index ``text`` of a labelled artifact that refvault showed a model, for the disclosure policy only.
+
+        A watched artifact's content in a later request is not a leak by itself (the model was allowed to
+        see it); it stops the request only when the policy denies the artifact's labels to that request's
+        recipient (another model, say). An artifact also protected (:meth:`protect`) stays protected.
+        """
+        self.label(artifact_id, labels)
+        with self._lock:
+            if artifact_id not in self._protected_ids:
+                self._watched.add(artifact_id)
+        self._protect_many([(artifact_id, text)], watched=True)
+
     # -- checking --------------------------------------------------------------------------------------------------
 
-    def scan(self, request: object) -> list[Finding]:
+    def scan(self, request: object, *, recipient: str | None = None, purpose: str = DEFAULT_PURPOSE) -> list[Finding]:
         """Findings of every arm for ``request`` (a dict, list, str, bytes or SDK model); empty if it is clean.
 
         The piece arm counts the pieces this run has sent (see :meth:`check`) but records nothing: a scan
         reports what :meth:`check` would find, and changes nothing.
         """
-        scanned = self._scan(request)
+        scanned = self._scan(request, recipient, purpose)
         with self._run_lock:
             return self._findings(scanned, self._totals(scanned.shorts))
 
-    def check(self, request: object) -> object:
+    def check(self, request: object, *, recipient: str | None = None, purpose: str = DEFAULT_PURPOSE) -> object:
         """``request`` itself if clean; else raise :class:`ContextLeak` or return a redacted copy (per policy).
+
+        The disclosure policy (``disclosure``): the request goes to ``recipient`` (default: ``model:<the
+        request's "model" field>``, else ``model:unknown``) for ``purpose``. Content of an artifact whose
+        labels (:meth:`label`) the policy denies to that recipient is a finding naming the rule
+        (``Finding.rule_id``), even where it would otherwise pass: a text refvault disclosed to another
+        model (:meth:`exempt_disclosed`), a watched artifact (:meth:`watch`). Content of a watched artifact
+        the policy allows is not a finding; a protected one's always is. Tested in
+        ``tests/guard/test_guard_policy.py``.
 
         The piece arm: short pieces of an artifact (``piece_min`` bytes or more; each found by a
         fingerprint the protected set holds once, so common boilerplate never counts) that this guard's
@@ -272,7 +340,7 @@ class LeakGuard:
         same artifact (it is refused, or redacted and its copy counted). Tested in
         ``tests/security/test_guard_transforms.py``.
         """
-        scanned = self._scan(request)
+        scanned = self._scan(request, recipient, purpose)
         with self._run_lock:  # the decision and the record of what is sent, at once
             totals = self._totals(scanned.shorts)
             findings = self._findings(scanned, totals)
@@ -281,11 +349,17 @@ class LeakGuard:
                 return request
             if self.policy == "raise":
                 self._log(findings)
+                self._stopped(findings, scanned)
                 raise ContextLeak(findings)
             redacted, sent = self._redact(request, scanned, totals, findings)
             self._remember(sent)
         self._log(findings)
+        self._stopped(findings, scanned)
         return redacted
+
+    def _stopped(self, findings: Sequence[Finding], scanned: _Scanned) -> None:
+        if self.on_stop is not None:
+            self.on_stop(findings, scanned.recipient, scanned.purpose)
 
     def new_run(self) -> None:
         """Start a new run: forget the pieces sent so far, and the piece arm's cache (the protected index stays)."""
@@ -304,7 +378,7 @@ class LeakGuard:
         hits, _ = self._content(leaves, pieces=False)
         if not hits:
             return text, []
-        findings = self._findings(_Scanned(leaves, hits, []), {})
+        findings = self._findings(_Scanned(leaves, hits, [], {}, _UNKNOWN_MODEL, DEFAULT_PURPOSE), {})
         redacted = redact_leaf(hits[0], None)
         for _ in range(2):
             again, _ = self._content([Leaf("text", "text", redacted, None)], pieces=False)
@@ -315,28 +389,60 @@ class LeakGuard:
 
     # -- the arms --------------------------------------------------------------------------------------------------
 
-    def _scan(self, request: object) -> _Scanned:
+    def _scan(self, request: object, recipient: str | None, purpose: str) -> _Scanned:
         """Leaves, content hits, and the piece-arm chains that count: not those in a leaf where the content arm
         found the same artifact (that leaf is stopped, or redacted and scanned again, already)."""
+        to = _recipient(request) if recipient is None else check_recipient(recipient)
+        purpose = check_purpose(purpose)
         leaves: list[Leaf] = []
         walk(request, leaves.append, min_chars=self._min_chars, min_bytes=self._min_bytes)
         hits, shorts = self._content(leaves)
-        if self._disclosed and (hits or shorts):
-            hits, shorts = self._without_disclosed(leaves, hits, shorts)
+        denied: dict[str, str | None] = {}
+        if hits or shorts:
+            owners = {short.owner for short in shorts}
+            for entry in hits.values():
+                owners |= {owner for owner, _ in entry.cover} | entry.whole | {span[2] for span in entry.spans}
+            denied = self._denied(owners, to, purpose)
+            with self._lock:
+                quiet = frozenset(owner for owner in owners if owner in self._watched and owner not in denied)
+            if quiet or self._disclosed:
+                hits, shorts = self._without_disclosed(leaves, hits, shorts, quiet, denied)
         found = {(i, owner) for i, entry in hits.items() for owner, _ in entry.cover}
-        return _Scanned(leaves, hits, [s for s in shorts if (s.leaf, s.owner) not in found])
+        return _Scanned(leaves, hits, [s for s in shorts if (s.leaf, s.owner) not in found], denied, to, purpose)
+
+    def _denied(self, owners: set[str], recipient: str, purpose: str) -> dict[str, str | None]:
+        """The artifacts of ``owners`` whose labels the disclosure policy denies to ``recipient``, and the rule."""
+        source = self.disclosure
+        policy = source if source is None or isinstance(source, DisclosurePolicy) else source()
+        if policy is None:
+            return {}
+        with self._lock:
+            labels = {owner: self._labels.get(owner, frozenset()) for owner in owners}
+        denied: dict[str, str | None] = {}
+        for owner, names in labels.items():
+            decision = decide(policy, names, purpose, recipient)
+            if not decision.allowed:
+                denied[owner] = decision.rule_id
+        return denied
 
     def _without_disclosed(
-        self, leaves: Sequence[Leaf], hits: dict[int, LeafHits], shorts: list[Short]
+        self,
+        leaves: Sequence[Leaf],
+        hits: dict[int, LeafHits],
+        shorts: list[Short],
+        quiet: frozenset[str],
+        denied: Mapping[str, str | None],
     ) -> tuple[dict[int, LeafHits], list[Short]]:
-        """Hits and chains less those of artifacts a leaf shows because refvault disclosed it (exempt_disclosed)."""
+        """Hits and chains less those of artifacts a leaf shows because refvault disclosed it (exempt_disclosed)
+        and of watched artifacts the policy allows (``quiet``); never of one the policy denies (``denied``)."""
         exempt: dict[int, frozenset[str]] = {}
         with self._lock:
             for i in {*hits, *(s.leaf for s in shorts)}:
                 value = leaves[i].value
-                owners = None if value is None else self._disclosed.get(_text_digest(value))
-                if owners:
-                    exempt[i] = owners
+                shown = None if value is None or not self._disclosed else self._disclosed.get(_text_digest(value))
+                passing = quiet if not shown else quiet | frozenset(o for o in shown if o not in denied)
+                if passing:
+                    exempt[i] = passing
         if not exempt:
             return hits, shorts
         kept: dict[int, LeafHits] = {}
@@ -512,9 +618,10 @@ class LeakGuard:
             entry = hits.get(i)
             if entry is not None or i in pieces:
                 matched = entry.matched if entry is not None else {}
-                findings += [Finding(leaf.site, owner, n, "content") for owner, n in matched.items()]
+                rules = scanned.denied
+                findings += [Finding(leaf.site, owner, n, "content", rules.get(owner)) for owner, n in matched.items()]
                 findings += [
-                    Finding(leaf.site, owner, over[owner], "pieces")
+                    Finding(leaf.site, owner, over[owner], "pieces", rules.get(owner))
                     for owner in sorted(pieces.get(i, ()))
                     if owner not in matched
                 ]
@@ -565,7 +672,7 @@ class LeakGuard:
             return redact_leaf(entry, leaf.value)
 
         redacted = walk(request, replace, rewrite=True, min_chars=self._min_chars, min_bytes=self._min_bytes)
-        again = self._scan(redacted)
+        again = self._scan(redacted, scanned.recipient, scanned.purpose)
         remaining = [f for f in self._findings(again, self._totals(again.shorts)) if f.arm != "size"]
         if remaining:  # cannot happen by construction; never send what the guard still sees
             raise ContextLeak(remaining)
@@ -606,6 +713,17 @@ class LeakGuard:
 
     def __reduce__(self) -> Any:
         raise InvalidType("a LeakGuard cannot be pickled")
+
+
+def _recipient(request: object) -> str:
+    """``model:<name>`` from the request's ``model`` field (a mapping's key or an attribute), else ``model:unknown``."""
+    model = request.get("model") if isinstance(request, Mapping) else getattr(request, "model", None)
+    if not isinstance(model, str) or not model:
+        return _UNKNOWN_MODEL
+    try:
+        return check_recipient("model:" + model)
+    except InvalidArgument:  # a name the policy's patterns could not be meant for
+        return _UNKNOWN_MODEL
 
 
 def _checked(artifact_id: str, data: bytes | str) -> bytes:

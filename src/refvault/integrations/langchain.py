@@ -228,7 +228,8 @@ class LeakGuardCallback(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         batches = [[_rendered(message) for message in batch] for batch in messages]
-        self._check({"messages": batches, "invocation_params": kwargs.get("invocation_params")})
+        params = kwargs.get("invocation_params")
+        self._check({"model": _model_name(params), "messages": batches, "invocation_params": params})
 
     def on_llm_start(
         self,
@@ -241,13 +242,24 @@ class LeakGuardCallback(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._check({"prompts": list(prompts), "invocation_params": kwargs.get("invocation_params")})
+        params = kwargs.get("invocation_params")
+        self._check({"model": _model_name(params), "prompts": list(prompts), "invocation_params": params})
 
     def _check(self, request: dict[str, Any]) -> None:
         refuse_leaks(self.guard, request)  # policy "redact": the redacted copy cannot be sent instead
 
     def __repr__(self) -> str:
         return f"LeakGuardCallback({self.guard!r})"
+
+
+def _model_name(params: object) -> str | None:
+    """The model a request goes to, from LangChain's invocation parameters (the guard's recipient ``model:<name>``)."""
+    if not isinstance(params, Mapping):
+        return None
+    for key in ("model", "model_name", "model_id"):
+        if isinstance(params.get(key), str):
+            return str(params[key])
+    return None
 
 
 def _rendered(message: BaseMessage) -> dict[str, Any]:

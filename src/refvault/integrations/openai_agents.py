@@ -156,7 +156,11 @@ def guard_model_input(
         if inner is not None:
             filtered = inner(data)
             model_data = await filtered if inspect.isawaitable(filtered) else filtered
-        request = {"instructions": model_data.instructions, "input": model_data.input}
+        request = {
+            "model": _model_name(data.agent),  # the recipient the disclosure policy decides for (model:<name>)
+            "instructions": model_data.instructions,
+            "input": model_data.input,
+        }
         checked = checker.check(request)
         if checked is request:
             return model_data
@@ -164,6 +168,15 @@ def guard_model_input(
         return ModelInputData(input=redacted["input"], instructions=redacted["instructions"])
 
     return check
+
+
+def _model_name(agent: object) -> str | None:
+    """The name of the model an agent calls: its ``model`` (a name, or a Model object's ``model``), if known."""
+    model = getattr(agent, "model", None)
+    if isinstance(model, str):
+        return model
+    name = getattr(model, "model", None)
+    return name if isinstance(name, str) else None
 
 
 def guarded_client(

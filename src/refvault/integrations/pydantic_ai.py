@@ -292,7 +292,10 @@ class GuardedModel(WrapperModel):
     def _check_now(
         self, messages: list[ModelMessage], parameters: ModelRequestParameters | None, extra: str | None
     ) -> None:
-        request: dict[str, Any] = {"messages": ModelMessagesTypeAdapter.dump_python(messages, mode="json")}
+        request: dict[str, Any] = {
+            "model": self.wrapped.model_name,  # the recipient the disclosure policy decides for (model:<name>)
+            "messages": ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
+        }
         if extra is not None:
             request["extra"] = extra
         if parameters is not None:

@@ -5,15 +5,12 @@ Part of :mod:`refvault.read.records`; cursors themselves are :mod:`refvault.read
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
-import threading
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from refvault.errors import InvalidArgument, InvalidCursor, StorageError
+from refvault.errors import InvalidCursor
 from refvault.read import cursors
+from refvault.vault.rings import SharedRing
 
 if TYPE_CHECKING:
     from refvault.vault.core import Vault
@@ -21,90 +18,11 @@ if TYPE_CHECKING:
 __all__ = ["Keys", "checked_cursor", "keys_of", "ring_of", "rotate_cursor_keys"]
 
 
-class Keys:
-    """A vault's cursor key ring, shared by every process of its store; re-read when another process rotates it.
-
-    * An embedded store (``vault.location``) keeps the ring in ``cursor-keys.json``,
-      re-read whenever the file's mtime changes.
-    * Any other store (PostgreSQL, memory) keeps it in the catalog setting
-      ``cursor-keys``: created with ``swap_setting(expected=None)`` so concurrent
-      creators agree on one ring, rotated by compare-and-set (retried on a race),
-      and re-read when the stored text changed, checked at most every
-      ``recheck`` seconds and at once when a cursor names an unknown key.
-    """
-
-    SETTING = "cursor-keys"
-    recheck = 1.0  # seconds between checks of the catalog for a ring rotated elsewhere
+class Keys(SharedRing):
+    """A vault's cursor key ring (``cursor-keys``), shared by every process of its store (:class:`SharedRing`)."""
 
     def __init__(self, vault: Vault) -> None:
-        self._lock = threading.Lock()
-        self._path = None if vault.location is None else vault.location / "cursor-keys.json"
-        self._catalog = vault.catalog
-        self._seen: int | None = None  # mtime of the file read last
-        self._text: str | None = None  # the catalog setting read last
-        self._checked = 0.0  # time.monotonic() of the last look at the catalog
-        now = vault.clock()
-        self._ring = self._load(now) if self._path is not None else self._load_shared(now)
-
-    def _load(self, now: dt.datetime) -> cursors.KeyRing:
-        assert self._path is not None
-        ring = cursors.KeyRing.load_or_create(self._path, now=now)
-        self._seen = self._path.stat().st_mtime_ns
-        return ring
-
-    def _load_shared(self, now: dt.datetime) -> cursors.KeyRing:
-        for _ in range(5):
-            text = self._catalog.get_setting(self.SETTING)
-            if text is None:
-                text = cursors.KeyRing.generate(now=now).to_json()
-                if not self._catalog.swap_setting(self.SETTING, None, text):
-                    continue  # another process created it first: read theirs
-            return self._adopt(text)
-        raise StorageError("the cursor key ring keeps changing while it is created")
-
-    def _adopt(self, text: str) -> cursors.KeyRing:
-        try:
-            ring = cursors.KeyRing.from_json(text)
-        except InvalidArgument:
-            raise StorageError("the cursor key ring stored in the catalog is malformed") from None
-        self._text = text
-        self._checked = time.monotonic()
-        return ring
-
-    def ring(self, now: dt.datetime, *, refresh: bool = False) -> cursors.KeyRing:
-        """The current ring; ``refresh`` looks for a rotation elsewhere now rather than within ``recheck`` s."""
-        with self._lock:
-            if self._path is not None:
-                with contextlib.suppress(OSError):
-                    if self._path.stat().st_mtime_ns != self._seen:  # rotated by another process
-                        self._ring = self._load(now)
-            elif refresh or time.monotonic() - self._checked >= self.recheck:
-                text = self._catalog.get_setting(self.SETTING)
-                self._checked = time.monotonic()
-                if text is None:  # never created, or removed behind our back: start a ring everyone shares
-                    self._ring = self._load_shared(now)
-                elif text != self._text:
-                    self._ring = self._adopt(text)
-            return self._ring
-
-    def rotate(self, now: dt.datetime) -> None:
-        with self._lock:
-            if self._path is not None:
-                self._ring = self._ring.rotate(now=now)
-                self._ring.save(self._path)
-                self._seen = self._path.stat().st_mtime_ns
-                return
-            for _ in range(20):
-                current = self._catalog.get_setting(self.SETTING)
-                if current is None:
-                    self._load_shared(now)
-                    continue
-                rotated = self._adopt(current).rotate(now=now).to_json()
-                if self._catalog.swap_setting(self.SETTING, current, rotated):
-                    self._ring = self._adopt(rotated)
-                    return
-                # another process rotated meanwhile: rotate what it stored
-            raise StorageError("the cursor key ring keeps changing while it is rotated")
+        super().__init__(vault, "cursor-keys", what="cursor key")
 
 
 def keys_of(vault: Vault) -> Keys:

@@ -54,6 +54,7 @@ plain-Python evaluator (``tests/read/test_records_differential.py``).
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import TYPE_CHECKING, Any
 
 from refvault.contract import VaultContract
@@ -66,8 +67,9 @@ from refvault.limits import MAX_ORDER as MAX_ORDER
 from refvault.limits import MAX_QUERY_SECONDS as MAX_QUERY_SECONDS
 from refvault.model import Scope
 from refvault.operations import QueryRequest, RecordSet, RecordSetRequest
+from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
 from refvault.read import cursors
-from refvault.read._access import coverage, readable
+from refvault.read._access import acting, coverage, readable
 from refvault.read.record_derive import KIND, capture_records, run_derive, run_derived_records
 from refvault.read.record_derive import PARQUET as PARQUET
 from refvault.read.record_derive import derivation_of as derivation_of
@@ -77,6 +79,7 @@ from refvault.read.record_keys import Keys, checked_cursor, ring_of, rotate_curs
 from refvault.read.record_run import FIRST_SEGMENT as FIRST_SEGMENT
 from refvault.read.record_run import Run
 from refvault.read.record_select import select
+from refvault.vault.audit_trail import engine_read, excerpt_of
 
 if TYPE_CHECKING:
     from refvault.vault.core import Vault
@@ -100,22 +103,41 @@ _ring = ring_of
 CURSOR_TTL = dt.timedelta(seconds=CURSOR_TTL_SECONDS)
 
 
-def derived_records(vault: VaultContract, scope: Scope, artifact_id: str) -> RecordSet | None:
+def derived_records(
+    vault: VaultContract,
+    scope: Scope,
+    artifact_id: str,
+    *,
+    purpose: str = DEFAULT_PURPOSE,
+    recipient: str = DEFAULT_RECIPIENT,
+) -> RecordSet | None:
     """What :func:`derive` would return, if the record form was already built; never builds it (None then)."""
+    request = RecordSetRequest(build=False, purpose=purpose, recipient=recipient)
     return vault.read_selection(
-        scope, artifact_id, RecordSetRequest(build=False), lambda local: run_derived_records(local, scope, artifact_id)
+        scope,
+        artifact_id,
+        request,
+        lambda local: run_derived_records(acting(local, purpose, recipient), scope, artifact_id),
     )
 
 
-def derive(vault: VaultContract, scope: Scope, artifact_id: str) -> RecordSet:
+def derive(
+    vault: VaultContract,
+    scope: Scope,
+    artifact_id: str,
+    *,
+    purpose: str = DEFAULT_PURPOSE,
+    recipient: str = DEFAULT_RECIPIENT,
+) -> RecordSet:
     """Build (once) the Parquet derivative of a record artifact and return what it holds.
 
     The derivative is shared by every artifact with the same bytes in the
     tenant; a second call, from any process, finds it. Malformed input is
     :class:`~refvault.errors.UnsupportedRead` with a message that never quotes it.
     """
+    request = RecordSetRequest(build=True, purpose=purpose, recipient=recipient)
     record_set = vault.read_selection(
-        scope, artifact_id, RecordSetRequest(build=True), lambda local: run_derive(local, scope, artifact_id)
+        scope, artifact_id, request, lambda local: run_derive(acting(local, purpose, recipient), scope, artifact_id)
     )
     assert record_set is not None  # built when asked to (a client raises StorageError otherwise)
     return record_set
@@ -134,6 +156,8 @@ def query(
     cursor: object = None,
     max_seconds: float = DEFAULT_QUERY_SECONDS,
     max_scan: int | None = None,
+    purpose: str = DEFAULT_PURPOSE,
+    recipient: str = DEFAULT_RECIPIENT,
 ) -> dict[str, Any]:
     """Select records from a record artifact; the response says exactly what it covers.
 
@@ -152,6 +176,8 @@ def query(
         cursor=cursor,
         max_seconds=max_seconds,
         max_scan=max_scan,
+        purpose=purpose,
+        recipient=recipient,
     )
     return vault.read_selection(
         scope, artifact_id, request, lambda local: run_query(local, scope, artifact_id, request)
@@ -159,26 +185,44 @@ def query(
 
 
 def run_query(vault: Vault, scope: Scope, artifact_id: str, request: QueryRequest) -> dict[str, Any]:
-    """:func:`query` on an embedded vault (the engine a server runs for its clients)."""
-    descriptor = readable(vault, scope, artifact_id)
-    records = run_derive(vault, scope, artifact_id)
-    selection = select(records, request.where, request.fields, request.order, request.limit, request.record_range)
-    normal = selection.normalised(all_fields=request.fields is None)
-    binding = {
-        "artifact": f"{descriptor.artifact_id}:{descriptor.content_hash}",
-        "query": cursors.digest({k: v for k, v in normal.items() if k != "limit"}),  # the page size is not bound
-        "caller": cursors.digest([scope.tenant, scope.user, scope.session]),
-    }
-    ring = ring_of(vault)
-    position = {} if request.cursor is None else checked_cursor(vault, request.cursor, binding)
-    engine = engine_of(vault)
-    derivation = vault.derived(scope, artifact_id, f"{KIND}:{records.source_format}")
-    if derivation is None:  # collected between derive() and now: the artifact itself is gone
-        raise NotFound(artifact_id)
-    with engine.view(vault, scope, artifact_id, derivation) as view:
-        run = Run(engine, view, records, selection, position, request.max_seconds, request.max_scan)
-        page = run.ordered() if selection.order else run.by_index()
-    vault.audit_read("query", scope, descriptor)
+    """:func:`query` on an embedded vault (the engine a server runs for its clients).
+
+    Every page, the first and each cursor's, goes through the vault's one door with the
+    request's purpose and recipient (a cursor carries no authority of its own).
+    """
+    vault = acting(vault, request.purpose, request.recipient)
+    with engine_read():  # the ledger records the page returned (below), not what was read to derive it
+        descriptor = readable(vault, scope, artifact_id)
+        records = run_derive(vault, scope, artifact_id)
+        selection = select(records, request.where, request.fields, request.order, request.limit, request.record_range)
+        normal = selection.normalised(all_fields=request.fields is None)
+        binding = {
+            "artifact": f"{descriptor.artifact_id}:{descriptor.content_hash}",
+            "query": cursors.digest({k: v for k, v in normal.items() if k != "limit"}),  # the page size is not bound
+            "caller": cursors.digest([scope.tenant, scope.user, scope.session]),
+        }
+        ring = ring_of(vault)
+        position = {} if request.cursor is None else checked_cursor(vault, request.cursor, binding)
+        engine = engine_of(vault)
+        derivation = vault.derived(scope, artifact_id, f"{KIND}:{records.source_format}")
+        if derivation is None:  # collected between derive() and now: the artifact itself is gone
+            raise NotFound(artifact_id)
+        with engine.view(vault, scope, artifact_id, derivation) as view:
+            run = Run(engine, view, records, selection, position, request.max_seconds, request.max_scan)
+            page = run.ordered() if selection.order else run.by_index()
+    rows_text = json.dumps(
+        [[index, record] for index, record in page.rows], sort_keys=True, separators=(",", ":"), default=str
+    )
+    excerpt, size = excerpt_of(rows_text)  # of the page's records as canonical JSON: what left, never the query
+    vault.audit_read(
+        "query",
+        scope,
+        descriptor,
+        selection=f"query {'next page' if request.cursor is not None else 'first page'} records={len(page.rows)}",
+        excerpt_hash=excerpt,
+        bytes=size,
+        records=len(page.rows),
+    )
     next_cursor = None
     if page.next_position is not None:
         next_cursor = cursors.bind(

@@ -50,7 +50,9 @@ from refvault.limits import (
 )
 from refvault.model import Descriptor, Scope
 from refvault.operations import GrepRequest, WindowRequest
-from refvault.read._access import coverage, is_records, is_text, readable
+from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
+from refvault.read._access import acting, coverage, is_records, is_text, readable
+from refvault.vault.audit_trail import engine_read, excerpt_of
 
 if TYPE_CHECKING:
     import duckdb
@@ -148,6 +150,8 @@ def window(
     lines: Sequence[int | None] | None = None,
     byte_range: Sequence[int] | None = None,
     max_chars: int = DEFAULT_WINDOW_CHARS,
+    purpose: str = DEFAULT_PURPOSE,
+    recipient: str = DEFAULT_RECIPIENT,
 ) -> dict[str, Any]:
     """A window of a text artifact: lines ``[start, end)`` or bytes ``[offset, offset + length)``.
 
@@ -157,7 +161,9 @@ def window(
     whose ``next`` continues inside the line. ``next`` holds the arguments for the
     following window (None at the end of the artifact).
     """
-    request = WindowRequest(lines=lines, byte_range=byte_range, max_chars=max_chars)
+    request = WindowRequest(
+        lines=lines, byte_range=byte_range, max_chars=max_chars, purpose=purpose, recipient=recipient
+    )
     return vault.read_selection(
         scope, artifact_id, request, lambda local: run_window(local, scope, artifact_id, request)
     )
@@ -165,12 +171,17 @@ def window(
 
 def run_window(vault: Vault, scope: Scope, artifact_id: str, request: WindowRequest) -> dict[str, Any]:
     """:func:`window` on an embedded vault (the engine a server runs for its clients)."""
-    descriptor = _text_artifact(vault, scope, artifact_id, "show a text window of")
-    limit = request.max_chars
-    if (byte_span := request.byte_span) is not None:
-        body = _byte_window(vault, scope, descriptor, *byte_span, limit)
-    else:
-        body = _line_window(vault, scope, descriptor, *request.line_span, limit)
+    vault = acting(vault, request.purpose, request.recipient)
+    with engine_read():  # the ledger records the text returned (below), not every byte read to find it
+        descriptor = _text_artifact(vault, scope, artifact_id, "show a text window of")
+        limit = request.max_chars
+        if (byte_span := request.byte_span) is not None:
+            body = _byte_window(vault, scope, descriptor, *byte_span, limit)
+        else:
+            body = _line_window(vault, scope, descriptor, *request.line_span, limit)
+    excerpt, size = excerpt_of(body["text"])
+    selection = f"window {body['unit']} {body['start']}-{body['end']}"
+    vault.audit_read("window", scope, descriptor, selection=selection, excerpt_hash=excerpt, bytes=size)
     return {"status": "ok", **coverage(descriptor), "media_type": descriptor.media_type, **body}
 
 
@@ -497,6 +508,8 @@ def grep(
     max_matches: int = DEFAULT_GREP_MATCHES,
     from_line: int = 0,
     max_seconds: float = DEFAULT_GREP_SECONDS,
+    purpose: str = DEFAULT_PURPOSE,
+    recipient: str = DEFAULT_RECIPIENT,
 ) -> dict[str, Any]:
     """Lines of a text artifact that contain ``pattern`` (case-sensitive), with zero-based line numbers.
 
@@ -506,23 +519,44 @@ def grep(
     ``from_line`` to resume from. Absence of matches is claimed only when
     ``scan_complete`` is true.
     """
-    request = GrepRequest(pattern, regex=regex, max_matches=max_matches, from_line=from_line, max_seconds=max_seconds)
+    request = GrepRequest(
+        pattern,
+        regex=regex,
+        max_matches=max_matches,
+        from_line=from_line,
+        max_seconds=max_seconds,
+        purpose=purpose,
+        recipient=recipient,
+    )
     return vault.read_selection(scope, artifact_id, request, lambda local: run_grep(local, scope, artifact_id, request))
 
 
 def run_grep(vault: Vault, scope: Scope, artifact_id: str, request: GrepRequest) -> dict[str, Any]:
     """:func:`grep` on an embedded vault (the engine a server runs for its clients)."""
+    vault = acting(vault, request.purpose, request.recipient)
     checked, regex, first = request.pattern, request.regex, request.from_line
-    descriptor = _text_artifact(vault, scope, artifact_id, "grep")
-    con = _connect(checked) if regex else None
-    try:
-        scan = _Scan(checked, regex, request.max_matches, _clock() + request.max_seconds, con, done_to=first)
-        total = _run(vault, scope, descriptor, scan, first)
-    finally:
-        if con is not None:
-            con.close()
+    with engine_read():  # the ledger records the matches returned (below), not every line scanned
+        descriptor = _text_artifact(vault, scope, artifact_id, "grep")
+        con = _connect(checked) if regex else None
+        try:
+            scan = _Scan(checked, regex, request.max_matches, _clock() + request.max_seconds, con, done_to=first)
+            total = _run(vault, scope, descriptor, scan, first)
+        finally:
+            if con is not None:
+                con.close()
     complete = total is not None and scan.partial == 0
     scanned = scan.done_to - first if total is None else max(0, total - first)
+    # the matched lines' text, one per line: what left (never the pattern, which is the caller's text)
+    excerpt, size = excerpt_of("\n".join(str(match["text"]) for match in scan.matches))
+    vault.audit_read(
+        "grep",
+        scope,
+        descriptor,
+        selection=f"grep lines {first}-{first + scanned} matches={len(scan.matches)}",
+        excerpt_hash=excerpt,
+        bytes=size,
+        records=len(scan.matches),
+    )
     return {
         "status": "ok",
         **coverage(descriptor),

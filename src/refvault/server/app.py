@@ -55,6 +55,10 @@ from refvault.server import (
     DEFAULT_UPLOADS_PER_TENANT,
     content,
     routes_artifacts,
+    routes_audit,
+    routes_grants,
+    routes_links,
+    routes_policy,
     routes_reads,
 )
 from refvault.server.content import CONTENT_SECURITY_POLICY, PIECE, FastContent
@@ -98,7 +102,15 @@ ALLOWED_HOSTS_ENVVAR = "REFVAULT_ALLOWED_HOSTS"  # comma-separated, for /mcp's H
 ALLOWED_ORIGINS_ENVVAR = "REFVAULT_ALLOWED_ORIGINS"  # comma-separated, for /mcp's Origin check
 
 _FastContent = FastContent  # its former name here (tests patch the class through this module)
-_ROUTERS = (routes_artifacts.router, content.router, routes_reads.router)  # in the schema's order of paths
+_ROUTERS = (  # in the schema's order of paths
+    routes_artifacts.router,
+    content.router,
+    routes_reads.router,
+    routes_links.router,
+    routes_grants.router,
+    routes_audit.router,
+    routes_policy.router,
+)
 
 
 def create_app(

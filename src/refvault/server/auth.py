@@ -16,12 +16,13 @@ from fastapi import Depends, Header, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from refvault.errors import Forbidden, InvalidArgument, InvalidScope, Unauthenticated
+from refvault.keys import parse_token
 from refvault.model import Principal, Scope
 from refvault.server.problems import UNAUTHENTICATED_DETAIL
 from refvault.server.service import Service
 from refvault.server.threads import blocking
 
-__all__ = ["NAME_PATTERN", "Caller", "caller", "scope_of", "session_scope"]
+__all__ = ["NAME_PATTERN", "Caller", "admin_scope", "caller", "scope_of", "session_scope"]
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._:@+\-]{0,127}$"  # a session name, as the schema states it
 
@@ -74,3 +75,18 @@ async def scope_of(
 
 Caller = Annotated[Scope, Depends(scope_of)]
 """A route parameter: the authenticated caller's scope."""
+
+
+async def admin_scope(
+    service: Service,
+    scope: Caller,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+) -> Scope:
+    """The caller's scope, if its API key is an admin key of its tenant (else 403; a non-admin key changes nothing)."""
+    key_id = parse_token(credentials.credentials) if credentials is not None else None
+    key = None if key_id is None else await blocking(service.vault.catalog.find_api_key, key_id)
+    if key is None or not key.admin or key.revoked_at is not None or key.tenant != scope.tenant:
+        raise Forbidden(
+            "this API key may not administer its tenant: an admin key is made with 'refvault keys create --admin'"
+        )
+    return scope

@@ -28,7 +28,7 @@ from refvault.errors import IntegrityError, RefvaultError
 from refvault.keys import KeyCache
 from refvault.model import Descriptor, Scope, base_type
 from refvault.server.auth import NAME_PATTERN, Caller, session_scope
-from refvault.server.inputs import checked_id
+from refvault.server.inputs import Reader, ReadFor, checked_id
 from refvault.server.problems import internal_error, problem, problem_for
 from refvault.server.schema import PROBLEM_RESPONSE
 from refvault.server.service import Service
@@ -43,6 +43,7 @@ __all__ = [
     "byte_range",
     "content_safety_headers",
     "download_name",
+    "verified_pieces",
     "router",
 ]
 
@@ -66,12 +67,14 @@ async def content(
     artifact_id: str,
     scope: Caller,
     service: Service,
+    read_for: Reader,
     range_: Annotated[str | None, Header(alias="Range")] = None,
     if_none_match: Annotated[str | None, Header(alias="If-None-Match")] = None,
     if_range: Annotated[str | None, Header(alias="If-Range")] = None,
 ) -> Response:
     """The verified bytes; one ``Range`` (``bytes=a-b``, ``a-``, ``-n``) gives 206; ``ETag`` is the content hash."""
-    plan = await blocking(_plan_content, service.vault, scope, checked_id(artifact_id), range_, if_none_match, if_range)
+    checked = checked_id(artifact_id)
+    plan = await blocking(_plan_content, service.vault, scope, checked, range_, if_none_match, if_range, read_for)
     return _content_response(plan)
 
 
@@ -128,6 +131,9 @@ def _etag_matches(header: str | None, etag: str) -> bool:
     return False
 
 
+_DEFAULT_READ = ReadFor()  # purpose "default", recipient "user": what the fast path serves
+
+
 def _plan_content(
     vault: Vault,
     scope: Scope,
@@ -135,6 +141,7 @@ def _plan_content(
     range_header: str | None,
     if_none_match: str | None,
     if_range: str | None,
+    read_for: ReadFor = _DEFAULT_READ,
 ) -> _Content:
     """Look the artifact up, answer conditionals and ranges, and read (verify) the first piece; in a worker thread.
 
@@ -144,16 +151,16 @@ def _plan_content(
     """
     stream: ArtifactStream | None = None
     if if_none_match is None:
-        descriptor, stream = vault.open_artifact(scope, artifact_id)
+        descriptor, stream = vault.open_artifact(scope, artifact_id, **read_for.kwargs())
     else:
-        descriptor = vault.describe(scope, artifact_id)
+        descriptor = vault.describe(scope, artifact_id, **read_for.kwargs())
     keep = False
     try:
         plan, start, end = _plan_headers(descriptor, range_header, if_none_match, if_range)
         if plan.status not in (200, 206):
             return plan
         if stream is None:
-            stream = vault.stream(scope, artifact_id)
+            stream = vault.stream(scope, artifact_id, **read_for.kwargs())
         stream.seek(start)
         plan.first = stream.read(min(PIECE, end - start)) if end > start else b""
         plan.remaining = end - start - len(plan.first)
@@ -252,7 +259,7 @@ def _content_response(plan: _Content) -> Response:
     if plan.stream is None:
         return Response(plan.first, status_code=plan.status, headers=plan.headers)
     return StreamingResponse(
-        _rest(plan.stream, plan.first, plan.remaining), status_code=plan.status, headers=plan.headers
+        verified_pieces(plan.stream, plan.first, plan.remaining), status_code=plan.status, headers=plan.headers
     )
 
 
@@ -298,9 +305,15 @@ class FastContent:
         await self.app(scope, receive, send)
 
     def _scope(self, scope: Any) -> Scope | None:
-        """The caller's scope if the request passes every check of the route's dependencies, else None."""
-        headers = _first_headers(scope, (b"authorization", b"refvault-tenant", b"refvault-user", b"refvault-session"))
-        authorization, tenant, user, session = headers
+        """The caller's scope if the request passes every check of the route's dependencies, else None.
+
+        A read that names a purpose or a recipient is left to the route (the fast path serves the defaults).
+        """
+        names = (b"authorization", b"refvault-tenant", b"refvault-user", b"refvault-session")
+        headers = _first_headers(scope, (*names, b"refvault-purpose", b"refvault-recipient"))
+        authorization, tenant, user, session, purpose, recipient = headers
+        if purpose is not None or recipient is not None:
+            return None
         if authorization is None or session is None or _SESSION.fullmatch(session) is None:
             return None
         kind, _, rest = authorization.partition(" ")  # as fastapi.security.HTTPBearer reads it
@@ -332,7 +345,7 @@ def _first_headers(scope: Any, names: tuple[bytes, ...]) -> list[str | None]:
     return found
 
 
-async def _rest(stream: ArtifactStream, first: bytes, remaining: int) -> AsyncIterator[bytes]:
+async def verified_pieces(stream: ArtifactStream, first: bytes, remaining: int) -> AsyncIterator[bytes]:
     """Yield the first piece, then verified pieces read off the event loop; closes the stream."""
     try:
         yield first

@@ -10,24 +10,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import anyio.from_thread
+from fastapi import Depends, Header
 from starlette.requests import Request
 
 from refvault.errors import InvalidArgument, InvalidMetadata, InvalidQuery, NotFound, TooLarge
 from refvault.ids import is_artifact_id
 from refvault.model import parse_time
+from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT, check_purpose, check_recipient
 from refvault.server.schema import METADATA_FIELDS, QUERY_FIELDS
 
 __all__ = [
     "MAX_JSON_BODY",
     "BodyTooLarge",
+    "ReadFor",
+    "Reader",
+    "reader",
     "body_pieces",
     "bounded_body",
     "capture_options",
     "checked_id",
     "declared_length",
+    "declassify_arguments",
     "pair",
     "query_arguments",
 ]
@@ -40,6 +47,50 @@ class BodyTooLarge(TooLarge):
 
     def __init__(self, limit: int) -> None:
         super().__init__(f"the request body is larger than this server accepts ({limit} bytes)")
+
+
+PURPOSE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/\-]{0,127}$"  # refvault.policy.check_purpose, as the schema states it
+RECIPIENT_PATTERN = r"^(user|export|(model|tool):[A-Za-z0-9._:/@+\-]{1,122})$"  # refvault.policy.check_recipient
+
+
+@dataclass(frozen=True, slots=True)
+class ReadFor:
+    """Why a read is made and who its bytes go to: the ``Refvault-Purpose`` and ``Refvault-Recipient`` headers."""
+
+    purpose: str = DEFAULT_PURPOSE
+    recipient: str = DEFAULT_RECIPIENT
+
+    def kwargs(self) -> dict[str, str]:
+        """``purpose=`` and ``recipient=`` for a vault read or a :mod:`refvault.read` function."""
+        return {"purpose": self.purpose, "recipient": self.recipient}
+
+
+async def reader(
+    purpose: Annotated[
+        str,
+        Header(
+            alias="Refvault-Purpose",
+            pattern=PURPOSE_PATTERN,
+            description="Why the bytes are read (the tenant's policy decides by it): 1-128 characters from"
+            " A-Z a-z 0-9 . _ : / -. Default: default.",
+        ),
+    ] = DEFAULT_PURPOSE,
+    recipient: Annotated[
+        str,
+        Header(
+            alias="Refvault-Recipient",
+            pattern=RECIPIENT_PATTERN,
+            description="Who the bytes go to: user, export, model:<name> or tool:<name> (the tenant's policy"
+            " decides by it). Default: user.",
+        ),
+    ] = DEFAULT_RECIPIENT,
+) -> ReadFor:
+    """The read's purpose and recipient from its headers, checked (a bad one is a 400, never echoed)."""
+    return ReadFor(check_purpose(purpose), check_recipient(recipient))
+
+
+Reader = Annotated[ReadFor, Depends(reader)]
+"""The dependency every read route takes: its ``Refvault-Purpose`` and ``Refvault-Recipient``."""
 
 
 def checked_id(artifact_id: str) -> str:
@@ -133,6 +184,21 @@ def query_arguments(body: bytes) -> dict[str, Any]:
     if isinstance(arguments.get("record_range"), list):
         arguments["record_range"] = [_whole(value) for value in arguments["record_range"]]
     return {name: value for name, value in arguments.items() if value is not None}
+
+
+def declassify_arguments(body: bytes) -> tuple[list[str], str]:
+    """``remove`` and ``reason`` of a declassify request body (checked again by ``Vault.declassify``)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidArgument("the declassify body must be UTF-8 JSON") from None
+    arguments = _loads(text, "the declassify body", InvalidArgument)
+    if not isinstance(arguments, dict) or set(arguments) != {"remove", "reason"}:
+        raise InvalidArgument('the declassify body must be a JSON object {"remove": [label, ...], "reason": "..."}')
+    remove, reason = arguments["remove"], arguments["reason"]
+    if not isinstance(remove, list):
+        raise InvalidArgument("remove must be a list of label names")
+    return remove, reason
 
 
 def body_pieces(receive: Callable[[], Coroutine[Any, Any, bytes | None]], limit: int) -> Iterator[bytes]:

@@ -1,4 +1,4 @@
-"""The artifact routes of the HTTP API v1: health, capture (streamed), list, describe, delete.
+"""The artifact routes of the HTTP API v1: health, capture (streamed), list, describe, declassify, delete.
 
 * **Streaming capture, bounded memory.** A capture's body is fed to ``Vault.put`` chunk by chunk
   from a worker thread (never held whole); ``max_body`` is enforced while streaming (413, nothing
@@ -17,11 +17,22 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
+from refvault.errors import InvalidArgument
 from refvault.limits import LIST_PAGE, MAX_LIST_PAGE, MAX_OFFSET
 from refvault.model import Descriptor
 from refvault.operations import ListPage
 from refvault.server.auth import Caller
-from refvault.server.inputs import BodyTooLarge, body_pieces, capture_options, checked_id, declared_length
+from refvault.server.inputs import (
+    MAX_JSON_BODY,
+    BodyTooLarge,
+    Reader,
+    body_pieces,
+    bounded_body,
+    capture_options,
+    checked_id,
+    declared_length,
+    declassify_arguments,
+)
 from refvault.server.limits import key_id
 from refvault.server.problems import problem
 from refvault.server.schema import (
@@ -98,20 +109,51 @@ async def capture(
 async def list_artifacts(
     scope: Caller,
     service: Service,
+    read_for: Reader,
     limit: Annotated[int, Query(ge=1, le=MAX_LIST_PAGE)] = LIST_PAGE,
     offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
 ) -> JSONResponse:
-    """The scope's unexpired artifacts, newest first, one page at a time."""
+    """The scope's unexpired artifacts, newest first, one page at a time (without those the policy refuses)."""
     page = ListPage(limit=limit, offset=offset)  # the query's bounds are the page's own (refvault.limits)
-    descriptors = await blocking(service.vault.list, scope)
+    descriptors = await blocking(service.vault.list, scope, **read_for.kwargs())
     items = [d.to_dict() for d in descriptors[page.offset : page.offset + page.limit]]
     return JSONResponse({"items": items, "next_offset": page.following(len(descriptors))})
 
 
 @router.get("/artifacts/{artifact_id}", response_model=DescriptorModel, tags=["artifacts"])
-async def describe(artifact_id: str, scope: Caller, service: Service) -> JSONResponse:
+async def describe(artifact_id: str, scope: Caller, service: Service, read_for: Reader) -> JSONResponse:
     """The artifact's descriptor."""
-    descriptor: Descriptor = await blocking(service.vault.describe, scope, checked_id(artifact_id))
+    checked = checked_id(artifact_id)
+    descriptor: Descriptor = await blocking(service.vault.describe, scope, checked, **read_for.kwargs())
+    return JSONResponse(descriptor.to_dict())
+
+
+@router.post(
+    "/artifacts/{artifact_id}/declassify",
+    response_model=DescriptorModel,
+    tags=["artifacts"],
+    responses={413: PROBLEM_RESPONSE},
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DeclassifyRequest"}}},
+        }
+    },
+)
+async def declassify(artifact_id: str, request: Request, scope: Caller, service: Service) -> JSONResponse:
+    """Remove labels from an artifact the caller owns (``Vault.declassify``); its new descriptor."""
+    checked = checked_id(artifact_id)
+    malformed: InvalidArgument | None = None
+    try:
+        remove, reason = declassify_arguments(await bounded_body(request, MAX_JSON_BODY))
+    except InvalidArgument as exc:  # still looked up first: an absent id is the same 404 as everywhere
+        malformed, remove, reason = exc, [], ""
+    try:
+        descriptor: Descriptor = await blocking(service.vault.declassify, scope, checked, remove=remove, reason=reason)
+    except InvalidArgument:
+        if malformed is not None:
+            raise malformed from None
+        raise
     return JSONResponse(descriptor.to_dict())
 
 

@@ -28,7 +28,15 @@ from refvault.read import grep, query, window
 from refvault.read._access import readable
 from refvault.read.records import RecordSet, derive, derived_records
 from refvault.server.auth import Caller
-from refvault.server.inputs import MAX_JSON_BODY, bounded_body, checked_id, pair, query_arguments
+from refvault.server.inputs import (
+    MAX_JSON_BODY,
+    Reader,
+    ReadFor,
+    bounded_body,
+    checked_id,
+    pair,
+    query_arguments,
+)
 from refvault.server.limits import key_id
 from refvault.server.schema import NOT_RECORDS, NOT_TEXT, PROBLEM_RESPONSE, RecordSetModel, Verification, open_json
 from refvault.server.service import Service
@@ -49,6 +57,7 @@ async def text_window(
     artifact_id: str,
     scope: Caller,
     service: Service,
+    read_for: Reader,
     lines: Annotated[
         str | None,
         Query(
@@ -80,6 +89,7 @@ async def text_window(
         lines=None if line_pair is None else list(line_pair),
         byte_range=None if byte_pair is None else list(byte_pair),
         max_chars=max_chars,
+        **read_for.kwargs(),
     )
     return JSONResponse(result)
 
@@ -93,6 +103,7 @@ async def grep_lines(
     artifact_id: str,
     scope: Caller,
     service: Service,
+    read_for: Reader,
     pattern: Annotated[
         str,
         Query(
@@ -117,6 +128,7 @@ async def grep_lines(
         max_matches=max_matches,
         from_line=from_line,
         max_seconds=max_seconds,
+        **read_for.kwargs(),
     )
     return JSONResponse(result)
 
@@ -138,12 +150,14 @@ async def grep_lines(
         }
     },
 )
-async def query_records(artifact_id: str, request: Request, scope: Caller, service: Service) -> JSONResponse:
+async def query_records(
+    artifact_id: str, request: Request, scope: Caller, service: Service, read_for: Reader
+) -> JSONResponse:
     """Select records (``where``, ``fields``, ``order``, ``limit``, ``record_range``, ``cursor``...)."""
     with service.uploads.slot(key_id(request.headers.get("authorization")), scope.tenant):  # while the body arrives
         body = await bounded_body(request, MAX_JSON_BODY)
     arguments = query_arguments(body)
-    result = await blocking(query, service.vault, scope, checked_id(artifact_id), **arguments)
+    result = await blocking(query, service.vault, scope, checked_id(artifact_id), **arguments, **read_for.kwargs())
     return JSONResponse(result)
 
 
@@ -153,20 +167,22 @@ async def query_records(artifact_id: str, request: Request, scope: Caller, servi
     tags=["reads"],
     responses={422: NOT_RECORDS},
 )
-async def record_set(artifact_id: str, scope: Caller, service: Service, build: bool = True) -> JSONResponse:
+async def record_set(
+    artifact_id: str, scope: Caller, service: Service, read_for: Reader, build: bool = True
+) -> JSONResponse:
     """The record count and fields of a record artifact (``refvault.read.derive``; sealed ones are refused).
 
     With ``build=false`` the record form is not built: the answer is ``null``
     unless an earlier read built it (what ``describe_artifact`` shows).
     """
-    result = await blocking(_record_set, service.vault, scope, checked_id(artifact_id), build)
+    result = await blocking(_record_set, service.vault, scope, checked_id(artifact_id), build, read_for)
     return JSONResponse(result)
 
 
 @router.get("/artifacts/{artifact_id}/verify", response_model=Verification, tags=["artifacts"])
-async def verify(artifact_id: str, scope: Caller, service: Service) -> JSONResponse:
+async def verify(artifact_id: str, scope: Caller, service: Service, read_for: Reader) -> JSONResponse:
     """Read and hash every byte of the artifact (500 ``integrity-error`` on damage)."""
-    result = await blocking(service.vault.verify_artifact, scope, checked_id(artifact_id))
+    result = await blocking(service.vault.verify_artifact, scope, checked_id(artifact_id), **read_for.kwargs())
     return JSONResponse(result)
 
 
@@ -181,10 +197,10 @@ def record_set_json(records: RecordSet) -> dict[str, Any]:
     }
 
 
-def _record_set(vault: Vault, scope: Scope, artifact_id: str, build: bool) -> dict[str, Any] | None:
+def _record_set(vault: Vault, scope: Scope, artifact_id: str, build: bool, read_for: ReadFor) -> dict[str, Any] | None:
     """``derive``'s record set as JSON; with ``build`` false, None unless the record form already exists."""
     if build:
-        return record_set_json(derive(vault, scope, artifact_id))
-    readable(vault, scope, artifact_id)
-    record_set = derived_records(vault, scope, artifact_id)
+        return record_set_json(derive(vault, scope, artifact_id, **read_for.kwargs()))
+    readable(vault, scope, artifact_id, **read_for.kwargs())
+    record_set = derived_records(vault, scope, artifact_id, **read_for.kwargs())
     return None if record_set is None else record_set_json(record_set)

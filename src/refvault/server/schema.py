@@ -25,13 +25,17 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict, Field
 
+from refvault.ids import ARTIFACT_ID_PATTERN
 from refvault.limits import MAX_DEPTH, MAX_LEAVES, MAX_LIMIT, MAX_ORDER, MAX_QUERY_SECONDS
 from refvault.model import (  # the private patterns: the schema states the checks that use them
     _FORBIDDEN_IN_FILENAME,
     _LABEL,
+    _LABEL_NAME,
     _MT_NAME,
     CAPTURE_STATUSES,
     DISCLOSURES,
+    MAX_DERIVED_FROM,
+    MAX_LABELS,
     RECORD_MEDIA_TYPES,
 )
 from refvault.server.problems import PROBLEM_MEDIA_TYPE, Problem
@@ -47,6 +51,7 @@ __all__ = [
     "ArtifactList",
     "CaptureMetadata",
     "Completeness",
+    "DeclassifyRequest",
     "DescriptorModel",
     "Health",
     "OrderKey",
@@ -162,6 +167,10 @@ _FILENAME_PATTERN = "^" + _FORBIDDEN_IN_FILENAME.pattern.replace("[", "[^", 1) +
 _MEDIA_TYPE_PATTERN = rf'^ *{_MT_NAME}/{_MT_NAME} *(; *{_MT_NAME}=("[^"\\\x00-\x1f;]*"|{_MT_NAME}) *)*$'
 _NOT_DOTS: dict[str, Any] = {"not": {"enum": [".", ".."]}}
 _TIMESTAMP = Field(max_length=64, json_schema_extra={"format": "date-time"})
+_LABELS = Annotated[
+    list[Annotated[str, Field(pattern=f"^{_LABEL_NAME.pattern}$")]],
+    Field(max_length=MAX_LABELS, json_schema_extra={"uniqueItems": True}),
+]
 
 
 class Completeness(BaseModel):
@@ -204,6 +213,24 @@ class CaptureMetadata(BaseModel):
     media_type: Annotated[str, Field(max_length=255, pattern=_MEDIA_TYPE_PATTERN)] | None = Field(
         None, description="Overrides Content-Type."
     )
+    labels: _LABELS | None = Field(
+        None, description="The artifact's labels (built-in meanings: pii, secret, confidential; any other name too)."
+    )
+    derived_from: (
+        Annotated[list[Annotated[str, Field(pattern=ARTIFACT_ID_PATTERN)]], Field(max_length=MAX_DERIVED_FROM)] | None
+    ) = Field(None, description="The ids of the artifacts this capture was derived from (provenance only).")
+
+
+class DeclassifyRequest(BaseModel):
+    """``POST /v1/artifacts/{id}/declassify``: the labels to remove (each one the artifact carries) and why.
+
+    Only the artifact's owner may; the audit keeps the reason's SHA-256, never its text.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    remove: Annotated[_LABELS, Field(min_length=1)]
+    reason: Annotated[str, Field(min_length=1, max_length=1024)]
 
 
 METADATA_FIELDS = tuple(CaptureMetadata.model_fields)
@@ -253,7 +280,7 @@ def openapi(app: FastAPI) -> dict[str, Any]:
         return app.openapi_schema
     schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     schemas = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in (Problem, QueryRequest, CaptureMetadata):
+    for model in (Problem, QueryRequest, CaptureMetadata, DeclassifyRequest):
         found = model.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(found.pop("$defs", {}))  # nested models (OrderKey, Completeness) become components too
         schemas[model.__name__] = found

@@ -70,11 +70,13 @@ def _line(descriptor: Descriptor) -> dict[str, Any]:
     return {**line, "created_at": descriptor.to_dict()["created_at"]}
 
 
-def list_summary(vault: VaultContract, scope: Scope, *, limit: int = SUMMARY_LIMIT) -> dict[str, Any]:
+def list_summary(
+    vault: VaultContract, scope: Scope, *, limit: int = SUMMARY_LIMIT, purpose: str = "default", recipient: str = "user"
+) -> dict[str, Any]:
     """The session's artifacts, newest first (ties: latest published first), capped with a count of the rest."""
     if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIST_SUMMARY:
         raise InvalidArgument(f"limit must be between 1 and {MAX_LIST_SUMMARY}")
-    everything = vault.list(scope)
+    everything = vault.list(scope, purpose=purpose, recipient=recipient)
     shown = everything[:limit]
     more = len(everything) - len(shown)
     return {
@@ -86,9 +88,11 @@ def list_summary(vault: VaultContract, scope: Scope, *, limit: int = SUMMARY_LIM
     }
 
 
-def describe(vault: VaultContract, scope: Scope, artifact_id: str) -> dict[str, Any]:
+def describe(
+    vault: VaultContract, scope: Scope, artifact_id: str, *, purpose: str = "default", recipient: str = "user"
+) -> dict[str, Any]:
     """The descriptor, what reads apply, and (for record artifacts already derived) the record schema."""
-    descriptor = vault.describe(scope, artifact_id)
+    descriptor = vault.describe(scope, artifact_id, purpose=purpose, recipient=recipient)
     answer: dict[str, Any] = {"status": "ok", "descriptor": descriptor.to_dict()}
     if descriptor.disclosure == "sealed":
         answer["reads"] = "none: sealed, usable by reference only (pass its id to a tool that takes a Ref)"
@@ -98,7 +102,7 @@ def describe(vault: VaultContract, scope: Scope, artifact_id: str) -> dict[str, 
         reads.append("read_artifact (lines, byte_range, pattern)")
     if is_records(descriptor.media_type):
         reads.append("query_artifact (where, fields, order, limit, record_range, cursor)")
-        record_set = record_reads.derived_records(vault, scope, artifact_id)
+        record_set = record_reads.derived_records(vault, scope, artifact_id, purpose=purpose, recipient=recipient)
         if record_set is not None:
             answer["records"] = {"count": record_set.count, "fields": dict(record_set.fields)}
     reads.append("load_artifacts")
@@ -106,9 +110,12 @@ def describe(vault: VaultContract, scope: Scope, artifact_id: str) -> dict[str, 
     return answer
 
 
-def instructions(vault: VaultContract, scope: Scope, *, limit: int = SUMMARY_LIMIT) -> str:
+def instructions(
+    vault: VaultContract, scope: Scope, *, limit: int = SUMMARY_LIMIT, purpose: str = "default", recipient: str = "user"
+) -> str:
     """System-instruction text naming the artifacts ``load_artifacts`` can load (for frameworks that inject one)."""
-    loadable = [d for d in vault.list(scope) if d.disclosure == "model" and _loadable(d)]
+    listed = vault.list(scope, purpose=purpose, recipient=recipient)
+    loadable = [d for d in listed if d.disclosure == "model" and _loadable(d)]
     if not loadable:
         return "No artifacts are available to load in this session yet."
     lines = [
@@ -131,10 +138,12 @@ def _loadable(descriptor: Descriptor) -> bool:
     return is_text(descriptor.media_type)
 
 
-def _load_one(vault: VaultContract, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _load_one(
+    vault: VaultContract, scope: Scope, artifact_id: str, reader: tuple[str, str]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One id's parts and outcome; a failure becomes an error entry for this id (the others still load)."""
     try:
-        return _load_content(vault, scope, artifact_id)
+        return _load_content(vault, scope, artifact_id, reader)
     except RefvaultError as exc:
         error, message = type(exc).__name__, str(exc)  # refvault's messages never contain artifact content
     except Exception as exc:  # anything else is named by type only: its message could carry content
@@ -144,8 +153,11 @@ def _load_one(vault: VaultContract, scope: Scope, artifact_id: str) -> tuple[lis
     return [{"type": "text", "text": f"[{shown}] error: {message}"}], failure
 
 
-def _load_content(vault: VaultContract, scope: Scope, artifact_id: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    descriptor = readable(vault, scope, artifact_id)
+def _load_content(
+    vault: VaultContract, scope: Scope, artifact_id: str, reader: tuple[str, str]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    purpose, recipient = reader
+    descriptor = readable(vault, scope, artifact_id, purpose=purpose, recipient=recipient)
     main = base_type(descriptor.media_type)
     covers = coverage(descriptor)
     head = f"[{descriptor.artifact_id}] {main}, {descriptor.size} bytes"
@@ -158,11 +170,14 @@ def _load_content(vault: VaultContract, scope: Scope, artifact_id: str) -> tuple
                 f"artifact {descriptor.artifact_id} is an image of {descriptor.size} bytes; "
                 f"images up to {LOAD_IMAGE_BYTES} bytes can be loaded"
             )
-        data = base64.b64encode(vault.read_bytes(scope, artifact_id)).decode("ascii")
+        image = vault.read_bytes(scope, artifact_id, purpose=purpose, recipient=recipient)
+        data = base64.b64encode(image).decode("ascii")
         parts = [{"type": "text", "text": head}, {"type": "image", "media_type": main, "data": data}]
         return parts, {"artifact_id": descriptor.artifact_id, "status": "loaded", "kind": "image", **facts}
     if is_text(descriptor.media_type):
-        shown = windows.window(vault, scope, artifact_id, max_chars=LOAD_TEXT_CHARS)
+        shown = windows.window(
+            vault, scope, artifact_id, max_chars=LOAD_TEXT_CHARS, purpose=purpose, recipient=recipient
+        )
         note = "" if shown["next"] is None else f"; truncated, continue with read_artifact {shown['next']}"
         text = f"{head}, {shown['unit']} {shown['start']}-{shown['end']} of {shown['total']}{note}\n{shown['text']}"
         outcome: dict[str, Any] = {"artifact_id": descriptor.artifact_id, "status": "loaded", "kind": "text", **facts}
@@ -179,15 +194,22 @@ def _load_content(vault: VaultContract, scope: Scope, artifact_id: str) -> tuple
     )
 
 
-def load(vault: VaultContract, scope: Scope, artifact_ids: list[str]) -> LoadedContent:
-    """Load several artifacts concurrently; one failing id yields an error entry for that id, not a failed call."""
+def load(
+    vault: VaultContract, scope: Scope, artifact_ids: list[str], *, purpose: str = "default", recipient: str = "user"
+) -> LoadedContent:
+    """Load several artifacts concurrently; one failing id yields an error entry for that id, not a failed call.
+
+    Every read is for ``purpose``, to ``recipient`` (the model, from the read tool): what the tenant's
+    policy refuses is an error entry for that id.
+    """
+    reader = (purpose, recipient)
     if not artifact_ids:
         raise InvalidArgument("artifact_ids is empty: pass the ids to load (list_artifacts shows them)")
     if len(artifact_ids) > MAX_LOAD_IDS:
         raise InvalidArgument(f"at most {MAX_LOAD_IDS} artifacts can be loaded per call")
     unique = list(dict.fromkeys(artifact_ids))
     with ThreadPoolExecutor(max_workers=min(8, len(unique))) as pool:
-        loaded = list(pool.map(lambda artifact_id: _load_one(vault, scope, artifact_id), unique))
+        loaded = list(pool.map(lambda artifact_id: _load_one(vault, scope, artifact_id, reader), unique))
     parts: list[Mapping[str, Any]] = []
     shown: list[tuple[int, str]] = []
     for chunk, outcome in loaded:
@@ -208,12 +230,12 @@ def _json(value: Any) -> str:
 
 def describe_artifact(artifact_id: str, *, ctx: Any) -> dict[str, Any]:
     """Describe an artifact by id: media type, size, provenance, coverage, disclosure, and which reads apply."""
-    return describe(ctx.vault, ctx.scope, artifact_id)
+    return describe(ctx.vault, ctx.scope, artifact_id, purpose=ctx.purpose, recipient=ctx.recipient)
 
 
 def list_artifacts(limit: int = SUMMARY_LIMIT, *, ctx: Any) -> dict[str, Any]:
     """List this session's artifacts, newest first (at most `limit`, up to 50)."""
-    return list_summary(ctx.vault, ctx.scope, limit=limit)
+    return list_summary(ctx.vault, ctx.scope, limit=limit, purpose=ctx.purpose, recipient=ctx.recipient)
 
 
 def read_artifact(
@@ -237,11 +259,28 @@ def read_artifact(
                 "pass pattern (find matching lines, from from_line) or lines/byte_range (read a window), not both"
             )
         return windows.grep(
-            ctx.vault, ctx.scope, artifact_id, pattern, regex=regex, max_matches=max_matches, from_line=from_line
+            ctx.vault,
+            ctx.scope,
+            artifact_id,
+            pattern,
+            regex=regex,
+            max_matches=max_matches,
+            from_line=from_line,
+            purpose=ctx.purpose,
+            recipient=ctx.recipient,
         )
     if regex or from_line != 0:
         raise InvalidArgument("regex and from_line apply to a pattern search: pass pattern too")
-    return windows.window(ctx.vault, ctx.scope, artifact_id, lines=lines, byte_range=byte_range, max_chars=max_chars)
+    return windows.window(
+        ctx.vault,
+        ctx.scope,
+        artifact_id,
+        lines=lines,
+        byte_range=byte_range,
+        max_chars=max_chars,
+        purpose=ctx.purpose,
+        recipient=ctx.recipient,
+    )
 
 
 def query_artifact(
@@ -270,13 +309,15 @@ def query_artifact(
         limit=limit,
         record_range=record_range,
         cursor=cursor,
+        purpose=ctx.purpose,
+        recipient=ctx.recipient,
     )
 
 
 def load_artifacts(artifact_ids: list[str], *, ctx: Any) -> LoadedContent:
     """Load artifacts into your context by id, several at once (at most 10 per call): text as text, images as
     images. Large text is truncated (continue with read_artifact); sealed artifacts cannot be loaded."""
-    return load(ctx.vault, ctx.scope, artifact_ids)
+    return load(ctx.vault, ctx.scope, artifact_ids, purpose=ctx.purpose, recipient=ctx.recipient)
 
 
 BUILTIN_TOOLS = (describe_artifact, list_artifacts, read_artifact, query_artifact, load_artifacts)

@@ -16,7 +16,7 @@ import inspect
 import json
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -25,6 +25,7 @@ from refvault.errors import BadRef, InvalidType, RefvaultError
 from refvault.model import Scope
 from refvault.toolbox.definition import Tool
 from refvault.toolbox.ref import DispatchFrame
+from refvault.toolbox.taint import ContextReads
 from refvault.toolbox.values import Artifact
 
 __all__ = [
@@ -54,6 +55,17 @@ class Prepared:
     run_id: str | None
     tool_call_id: str | None
     sealed_inputs: bool
+    labels: frozenset[str] = frozenset()  # the union of the inputs' labels (refvault.toolbox.taint)
+    reads: ContextReads | None = None  # what the tool read through its ToolContext (its labels join these)
+    read_ids: tuple[str, ...] = ()  # the artifacts it read there, once the call is over (see tainted)
+
+
+def tainted(prepared: Prepared) -> Prepared:
+    """``prepared`` once its tool ran: the labels and ids of what it read through its ToolContext added."""
+    if prepared.reads is None or not prepared.reads.read:
+        return prepared
+    read = tuple(prepared.reads.read)
+    return replace(prepared, labels=prepared.labels | prepared.reads.labels(), read_ids=read)
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from refvault.errors import RefvaultError
@@ -50,11 +50,18 @@ def offload(
     run_id: str | None,
     preview_chars: int,
     source: str,
+    labels: frozenset[str] = frozenset(),
+    derived_from: Sequence[str] = (),
+    withheld: bool = False,
 ) -> tuple[str, list[Descriptor]]:
     """Capture ``text`` (the rendering of ``result``); return the JSON the model sees and what was captured.
 
     ``result`` is the value ``text`` renders (a str, or a JSON-ready value:
     a list of objects gets a records preview). ``source`` names the tool, for logs.
+    ``labels`` and ``derived_from`` are recorded on the artifact (labels follow the data:
+    :mod:`refvault.toolbox.taint`). ``withheld``: the model may not see this text (its
+    labels), so the preview shows type and size only, as for a sealed result, and a failed
+    capture shows nothing of it.
     """
     from refvault.read import previews
 
@@ -69,13 +76,15 @@ def offload(
             tool_call_id=tool_call_id,
             run_id=run_id,
             completeness={"status": "complete", "omissions": []},
+            labels=labels,
+            derived_from=derived_from,
         )
     except Exception as exc:
         logger.warning("offloading a result of tool %s failed: %s", source, type(exc).__name__)
-        shown_chars = 0 if sealed else preview_chars  # sealed: nothing of it may be shown
+        shown_chars = 0 if sealed or withheld else preview_chars  # sealed or withheld: nothing of it may be shown
         failed = previews.truncation(text, max_chars=shown_chars, reason=type(exc).__name__)
         return json.dumps({"offload_failed": failed}, ensure_ascii=False), []
-    if sealed:
+    if sealed or withheld:
         shown = previews.preview(descriptor, None, max_chars=preview_chars)
     else:
         summary = _records_summary(vault, scope, descriptor, result)

@@ -68,6 +68,8 @@ class DispatchFrame:
         "_lock",
         "_streams",
         "protect",
+        "purpose",
+        "recipient",
         "run_id",
         "scope",
         "vault",
@@ -79,11 +81,16 @@ class DispatchFrame:
         scope: Scope,
         run_id: str | None,
         protect: Callable[[str, bytes, bool], None] | None = None,
+        *,
+        purpose: str = "default",
+        recipient: str = "user",
     ) -> None:
         self.vault = vault
         self.scope = scope
         self.run_id = run_id
         self.protect = protect
+        self.purpose = purpose  # every resolution and read of this call's Refs carries them (the policy decides)
+        self.recipient = recipient
         self._descriptors: dict[str, Descriptor] = {}
         self._bytes: dict[str, bytes] = {}
         self._cached = 0
@@ -119,7 +126,10 @@ class DispatchFrame:
         with self._lock:
             data = self._bytes.get(artifact_id)
         if data is None:
-            data = self._vault_call(lambda: self.vault.read_bytes(self.scope, artifact_id), artifact_id)
+            data = self._vault_call(
+                lambda: self.vault.read_bytes(self.scope, artifact_id, purpose=self.purpose, recipient=self.recipient),
+                artifact_id,
+            )
             if self.protect is not None:  # the leak guard learns every value resolved by reference
                 self.protect(artifact_id, data, True)
             with self._lock:
@@ -135,7 +145,10 @@ class DispatchFrame:
 
     def open(self, artifact_id: str) -> ArtifactReader:
         self._require(artifact_id)
-        stream = self._vault_call(lambda: self.vault.stream(self.scope, artifact_id), artifact_id)
+        stream = self._vault_call(
+            lambda: self.vault.stream(self.scope, artifact_id, purpose=self.purpose, recipient=self.recipient),
+            artifact_id,
+        )
         if self.protect is not None:
             stream.on_chunk(_chunk_protector(self.protect, artifact_id))
         with self._lock:

@@ -73,7 +73,7 @@ def _resolve(artifact_id: str, frame: DispatchFrame, found: list[str]) -> None:
     if frame.is_resolved(artifact_id):
         return
     try:
-        descriptor = frame.vault.describe(frame.scope, artifact_id)
+        descriptor = frame.vault.describe(frame.scope, artifact_id, purpose=frame.purpose, recipient=frame.recipient)
     except (InvalidId, NotFound, Expired):
         raise BadRef(artifact_id) from None
     frame.admit(artifact_id, descriptor)

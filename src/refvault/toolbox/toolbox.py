@@ -39,17 +39,19 @@ import dataclasses
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
-from refvault.errors import BadRef, InvalidArgument, InvalidType, RefvaultError
+from refvault.errors import BadRef, InvalidArgument, InvalidType, PolicyDenied, RefvaultError
 from refvault.ids import is_artifact_id
 from refvault.limits import DEFAULT_OFFLOAD_TOKENS, MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS
 from refvault.limits import DEFAULT_PREVIEW_CHARS as DEFAULT_PREVIEW_CHARS  # re-exported, as before
-from refvault.model import Descriptor, Scope
+from refvault.model import Descriptor, Scope, check_labels
+from refvault.policy import Policy, check_purpose, check_recipient
 from refvault.toolbox.builtin import LoadedContent
 from refvault.toolbox.definition import Tool, build_tool, validation_message
 from refvault.toolbox.invocation import (
@@ -62,6 +64,7 @@ from refvault.toolbox.invocation import (
     may_offload,
     needs_vault,
     run_private,
+    tainted,
 )
 from refvault.toolbox.offload import offload
 from refvault.toolbox.ref import DispatchFrame, enter_frame
@@ -69,18 +72,29 @@ from refvault.toolbox.schemas import Flavor as Flavor  # re-exported, as before
 from refvault.toolbox.schemas import gemini_schema as gemini_schema  # re-exported, as before
 from refvault.toolbox.schemas import tool_schema
 from refvault.toolbox.substitute import bind_refs
+from refvault.toolbox.taint import (
+    ContextReads,
+    input_labels,
+    model_may_see,
+    model_recipient,
+    recipient_name,
+    tenant_policy,
+)
 from refvault.toolbox.values import DEFAULT as DEFAULT  # re-exported, as before
 from refvault.toolbox.values import Artifact, Observation, ToolContext, ToolEvent, artifact_summary, joined_text
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
     from refvault.guard.contract import Guard
+    from refvault.guard.findings import Finding
 
 __all__ = ["Artifact", "Observation", "ToolContext", "ToolEvent", "Toolbox"]
 
 logger = logging.getLogger("refvault.toolbox")
 
 MAX_PROTECTED_IDS = 100_000
+POLICY_REFRESH = 5.0
+"""Seconds the default guard keeps the tenant's policy before asking for it again."""
 
 
 class Toolbox:
@@ -97,8 +111,16 @@ class Toolbox:
         offload_tokens: int | None = DEFAULT_OFFLOAD_TOKENS,
         preview_chars: int = DEFAULT_PREVIEW_CHARS,
         guard: Guard | None = DEFAULT,
+        model: str | None = None,
+        purpose: str = "default",
     ) -> None:
         """``read_tools`` registers describe/list/read/query/load_artifacts; offloading needs them.
+
+        ``model`` names the model the tools answer (its reads disclose to the recipient
+        ``model:<model>``, ``model:unknown`` when None); ``purpose`` is the purpose of every read
+        the Toolbox makes. The read tools and ``load_artifacts`` read for the model; a ``Ref``
+        is resolved, and a tool's :class:`ToolContext` reads, for ``tool:<tool name>``. The
+        tenant's policy decides each (:mod:`refvault.policy`).
 
         ``offload_tokens`` is the default threshold above which a result is
         offloaded (None: never); ``preview_chars`` bounds each preview.
@@ -117,7 +139,12 @@ class Toolbox:
             raise InvalidArgument(
                 f"preview_chars must be an integer between {MIN_PREVIEW_CHARS:,} and {MAX_PREVIEW_CHARS:,}"
             )
+        check_purpose(purpose)
+        if model is not None:
+            check_recipient("model:" + model if isinstance(model, str) else None)  # a name a recipient allows
         self.vault = vault
+        self.model = model
+        self.purpose = purpose
         self.ref_pattern = ref_pattern
         self.max_runs = max_runs
         self.max_events_per_run = max_events_per_run
@@ -125,6 +152,8 @@ class Toolbox:
         self.offload_tokens = offload_tokens if read_tools else None
         self.preview_chars = preview_chars
         self._guard = guard
+        self._served: Scope | None = None  # the scope of the latest call: whose tenant's policy the guard asks
+        self._policy_cache: tuple[str, float, Policy | None] | None = None
         self._protected: OrderedDict[str, None] = OrderedDict()  # ids protected whole (bounded)
         self._tools: dict[str, Tool] = {}
         self._sinks: list[Callable[[ToolEvent], None]] = []
@@ -146,8 +175,57 @@ class Toolbox:
                 if self._guard is DEFAULT:
                     from refvault.guard import LeakGuard
 
-                    self._guard = LeakGuard()
+                    self._guard = LeakGuard(disclosure=self._disclosure_policy, on_stop=self._audit_stop)
         return self._guard
+
+    def _disclosure_policy(self) -> Policy | None:
+        """The policy the default guard enforces at the LLM edge: that of the tenant this Toolbox last served.
+
+        Asked again at most every :data:`POLICY_REFRESH` seconds (a client asks its server).
+        """
+        with self._lock:
+            scope, cached = self._served, self._policy_cache
+        if scope is None:
+            return None
+        now = time.monotonic()
+        if cached is not None and cached[0] == scope.tenant and now - cached[1] < POLICY_REFRESH:
+            return cached[2]
+        policy = tenant_policy(self.vault, scope)
+        with self._lock:
+            self._policy_cache = (scope.tenant, now, policy)
+        return policy
+
+    def _audit_stop(self, findings: Sequence[Finding], recipient: str, purpose: str) -> None:
+        """Audit a request the default guard stopped (``guard_stop``, one entry per artifact it named), in the
+        scope of the latest call, when the vault keeps the audit here (an embedded one)."""
+        with self._lock:
+            scope = self._served
+        embedded = getattr(self.vault, "embedded_vault", None)
+        if scope is None or not callable(embedded):
+            return
+        vault = embedded()
+        for finding in findings:
+            vault.audit_event(
+                "guard_stop",
+                scope,
+                finding.artifact_id,
+                outcome="ContextLeak",
+                recipient=recipient,
+                purpose=purpose,
+                rule_id=finding.rule_id,
+                bytes=finding.matched,
+                detail=finding.arm,  # never the site: a request's keys are its sender's text
+            )
+
+    def _label_for_guard(self, frame: DispatchFrame, refs: Sequence[str]) -> None:
+        """Tell the guard the labels of every artifact a call received by ``Ref`` (for its disclosure policy)."""
+        label = getattr(self.guard, "label", None)
+        if label is None:
+            return
+        for ref in refs:
+            labels = frame.descriptor(ref).labels
+            if labels:
+                label(ref, labels)
 
     def _protect(self, artifact_id: str, data: bytes, whole: bool) -> None:
         """Protect a value a tool read; an artifact protected whole once is skipped after (artifacts are immutable)."""
@@ -288,7 +366,8 @@ class Toolbox:
             outcome = Outcome(failure="CancelledError", fatal=asyncio.CancelledError())
         finally:
             leave()
-        if needs_vault(outcome.value) or may_offload(prepared.tool, outcome):
+        prepared = tainted(prepared)
+        if needs_vault(outcome.value) or may_offload(prepared.tool, outcome) or prepared.labels:
             return await asyncio.to_thread(self._conclude, prepared, outcome)
         return self._conclude(prepared, outcome)
 
@@ -340,18 +419,35 @@ class Toolbox:
                 validated = tool.arguments.model_validate(dict(arguments))
         except (ValidationError, TypeError, ValueError) as exc:
             return self._refused(name, run_id, tool_call_id, validation_message(exc), "BadArguments")
-        frame = DispatchFrame(self.vault, scope, run_id, None if self._guard is None else self._protect)
+        as_tool = tool_recipient(tool.name)
+        protect = None if self._guard is None else self._protect
+        frame = DispatchFrame(self.vault, scope, run_id, protect, purpose=self.purpose, recipient=as_tool)
         try:
             refs = bind_refs(validated, frame)
         except BadRef as exc:
             return self._refused(name, run_id, tool_call_id, str(exc), "BadRef")
+        except PolicyDenied as exc:  # the caller's own artifact, refused for this tool: the rule is named
+            return self._refused(name, run_id, tool_call_id, str(exc), "PolicyDenied")
         except ValueError as exc:
             return self._refused(name, run_id, tool_call_id, str(exc), "BadArguments")
         kwargs = {field_name: getattr(validated, field_name) for field_name in tool.fields}
-        if tool.context_parameter is not None:
-            kwargs[tool.context_parameter] = ToolContext(scope, run_id, tool_call_id, self.vault)
         sealed = any(frame.descriptor(ref).disclosure == "sealed" for ref in refs)
-        return Prepared(tool, frame, kwargs, tuple(refs), scope, run_id, tool_call_id, sealed)
+        labels = input_labels(frame, refs)  # labels follow the data (refvault.toolbox.taint)
+        reads = None
+        if tool.context_parameter is not None:
+            reader = model_recipient(self.model) if tool.builtin else as_tool  # read tools: for the model
+            vault = self.vault
+            if not tool.builtin:  # what the tool reads or puts through its context is tainted too
+                reads = ContextReads(vault, purpose=self.purpose, recipient=reader, labels=labels, refs=tuple(refs))
+                vault = cast("VaultContract", reads)
+            kwargs[tool.context_parameter] = ToolContext(
+                scope, run_id, tool_call_id, vault, purpose=self.purpose, recipient=reader
+            )
+        with self._lock:
+            self._served = scope
+        if labels:
+            self._label_for_guard(frame, refs)
+        return Prepared(tool, frame, kwargs, tuple(refs), scope, run_id, tool_call_id, sealed, labels, reads)
 
     def _started(self, prepared: Prepared) -> None:
         self._record(
@@ -364,6 +460,7 @@ class Toolbox:
 
     def _conclude(self, prepared: Prepared, outcome: Outcome) -> Observation:
         """Turn what the tool did into an event and an observation; re-raise a fatal exception last."""
+        prepared = tainted(prepared)
         if outcome.failure is None:
             try:
                 content, captured, parts = self._render(outcome, prepared)
@@ -428,6 +525,28 @@ class Toolbox:
         for text, owners in shown:
             if owners:
                 exempt(text, owners)
+                self._watch_labelled(prepared.scope, text, owners, {d.artifact_id: d for d in captured})
+
+    def _watch_labelled(self, scope: Scope, text: str, owners: set[str], known: Mapping[str, Descriptor]) -> None:
+        """Have the guard watch ``text`` for every labelled artifact among ``owners`` it shows the model.
+
+        The model was allowed to see it; a later request carrying it to a recipient the tenant's policy
+        denies those labels (another model, say) is then stopped at the LLM edge (:meth:`LeakGuard.watch
+        <refvault.guard.LeakGuard.watch>`). A guard without ``watch`` is not told.
+        """
+        watch = getattr(self.guard, "watch", None)
+        if watch is None:
+            return
+        for owner in owners:
+            descriptor = known.get(owner)
+            if descriptor is None:
+                try:
+                    to = model_recipient(self.model)
+                    descriptor = self.vault.describe(scope, owner, purpose=self.purpose, recipient=to)
+                except RefvaultError:
+                    continue
+            if descriptor.labels:
+                watch(owner, text, descriptor.labels)
 
     def _model_disclosed(self, scope: Scope, artifact_id: str) -> bool:
         try:
@@ -442,6 +561,7 @@ class Toolbox:
         if isinstance(result, Artifact):
             # Output derived from a sealed input stays sealed unless the tool says otherwise.
             disclosure = result.disclosure or ("sealed" if prepared.sealed_inputs else "model")
+            labels = prepared.labels | check_labels(result.labels)  # a tool may add labels, never remove one
             descriptor = self.vault.put(
                 prepared.scope,
                 result.data,
@@ -451,6 +571,8 @@ class Toolbox:
                 tool_call_id=prepared.tool_call_id,
                 run_id=prepared.run_id,
                 completeness={"status": "complete", "omissions": []},
+                labels=labels,
+                derived_from=prepared.refs + prepared.read_ids,
             )
             return json.dumps({"artifact": artifact_summary(descriptor)}), [descriptor], ()
         if isinstance(result, LoadedContent):
@@ -464,15 +586,17 @@ class Toolbox:
                 if exempt is not None and result.shown:
                     for index, owner in result.shown:
                         exempt(str(result.parts[index]["text"]), {owner})
+                        self._watch_labelled(prepared.scope, str(result.parts[index]["text"]), {owner}, {})
                     exempt(joined_text(content, result.parts), {owner for _, owner in result.shown})
             return content, [], result.parts
         text = encoded(outcome)
+        withheld = not self._model_may_see(prepared)
         threshold = prepared.tool.offload_tokens
-        if threshold is None or 2 * len(text) <= threshold:  # the estimate never exceeds 2 tokens per character
+        if not withheld and (threshold is None or 2 * len(text) <= threshold):  # at most 2 tokens per character
             return text, [], ()
         from refvault.read.previews import estimate_tokens
 
-        if estimate_tokens(text) <= threshold:
+        if not withheld and threshold is not None and estimate_tokens(text) <= threshold:
             return text, [], ()
         content, captured = offload(
             self.vault,
@@ -484,5 +608,25 @@ class Toolbox:
             run_id=prepared.run_id,
             preview_chars=self.preview_chars,
             source=prepared.tool.name,
+            labels=prepared.labels,
+            derived_from=prepared.refs + prepared.read_ids,
+            withheld=withheld,
         )
         return content, captured, ()
+
+    def _model_may_see(self, prepared: Prepared) -> bool:
+        """Whether this call's text result may go inline: its inputs' labels, against the policy for the model."""
+        if not prepared.labels:
+            return True
+        return model_may_see(
+            self.vault,
+            prepared.scope,
+            prepared.labels,
+            model=self.model,
+            purpose=self.purpose,
+        )
+
+
+def tool_recipient(name: str) -> str:
+    """The recipient a tool is: ``tool:<name>``, its name reduced to what a recipient allows (``_`` for the rest)."""
+    return "tool:" + recipient_name(name)

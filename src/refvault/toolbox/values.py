@@ -11,7 +11,7 @@ observation says of a captured artifact). All are importable from
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,6 +41,8 @@ class ToolContext:
     run_id: str | None
     tool_call_id: str | None
     vault: VaultContract
+    purpose: str = "default"  # the Toolbox's purpose: pass it to the reads the tool makes
+    recipient: str = "user"  # who the tool's reads disclose to: model:<name> (read tools) or tool:<name>
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +62,7 @@ class Artifact:
     media_type: str | None = None  # None: detected from the bytes (see stored_media_type)
     filename: str | None = None
     disclosure: Literal["model", "sealed"] | None = None  # None: sealed if any Ref input was sealed
+    labels: Iterable[str] = ()  # added to the inputs' labels (a tool can add labels, never remove one)
 
     def stored_media_type(self) -> str:
         """The media type the artifact is stored under: the explicit one, else the one its bytes show."""
@@ -123,5 +126,8 @@ class ToolEvent:
 
 
 def artifact_summary(descriptor: Descriptor) -> dict[str, Any]:
-    """What an observation says of an artifact a tool call captured."""
-    return pick(descriptor, ("artifact_id", "media_type", "size", "content_hash", "disclosure"))
+    """What an observation says of an artifact a tool call captured (its labels too, when it carries any)."""
+    summary = pick(descriptor, ("artifact_id", "media_type", "size", "content_hash", "disclosure"))
+    if descriptor.labels:
+        summary["labels"] = sorted(descriptor.labels)
+    return summary

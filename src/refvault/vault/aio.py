@@ -8,17 +8,25 @@ and the event loop never blocks on disk or database I/O.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, Unpack
+from collections.abc import AsyncIterator, Callable, Iterable
+from datetime import datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeAlias, Unpack
 
-from refvault.model import Descriptor, Scope
+from refvault.catalog.audit_log import AuditEntry, AuditReport, DisclosureEntry
+from refvault.model import Descriptor, Disclosure, Grant, Principal, Scope
 from refvault.operations import CaptureOptions
+from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT, Policy
 from refvault.vault.core import AuditRecord, GcReport, Vault, VerifyReport
 
 if TYPE_CHECKING:
     from refvault.contract import EmbeddedHandle
 
 __all__ = ["AsyncVault"]
+
+_Grants: TypeAlias = "list[Grant]"  # named here: inside AsyncVault, ``list`` is AsyncVault.list
+_AuditEntries: TypeAlias = "list[AuditEntry]"
+_Disclosures: TypeAlias = "list[DisclosureEntry]"
 
 
 class AsyncVault:
@@ -41,32 +49,110 @@ class AsyncVault:
     def add_audit_sink(self, sink: Callable[[AuditRecord], None]) -> None:
         self.vault.add_audit_sink(sink)
 
-    async def describe(self, scope: Scope, artifact_id: str) -> Descriptor:
-        return await asyncio.to_thread(self.vault.describe, scope, artifact_id)
+    async def describe(
+        self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
+    ) -> Descriptor:
+        reader = {"purpose": purpose, "recipient": recipient}
+        return await asyncio.to_thread(partial(self.vault.describe, scope, artifact_id, **reader))
 
-    async def read_bytes(self, scope: Scope, artifact_id: str) -> bytes:
-        return await asyncio.to_thread(self.vault.read_bytes, scope, artifact_id)
+    async def read_bytes(
+        self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
+    ) -> bytes:
+        reader = {"purpose": purpose, "recipient": recipient}
+        return await asyncio.to_thread(partial(self.vault.read_bytes, scope, artifact_id, **reader))
 
-    async def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int | None) -> bytes:
-        return await asyncio.to_thread(self.vault.read_range, scope, artifact_id, offset, length)
+    async def read_range(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        offset: int,
+        length: int | None,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> bytes:
+        reader = {"purpose": purpose, "recipient": recipient}
+        return await asyncio.to_thread(partial(self.vault.read_range, scope, artifact_id, offset, length, **reader))
 
-    async def stream(self, scope: Scope, artifact_id: str) -> AsyncIterator[bytes]:
+    async def stream(
+        self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
+    ) -> AsyncIterator[bytes]:
         """Yield verified chunks; each chunk is read and verified off the event loop."""
-        stream = await asyncio.to_thread(self.vault.stream, scope, artifact_id)
+        reader = {"purpose": purpose, "recipient": recipient}
+        stream = await asyncio.to_thread(partial(self.vault.stream, scope, artifact_id, **reader))
         try:
             while chunk := await asyncio.to_thread(stream.read, 1 << 20):
                 yield chunk
         finally:
             stream.close()
 
-    async def list(self, scope: Scope) -> list[Descriptor]:
-        return await asyncio.to_thread(self.vault.list, scope)
+    async def list(
+        self, scope: Scope, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
+    ) -> list[Descriptor]:
+        return await asyncio.to_thread(partial(self.vault.list, scope, purpose=purpose, recipient=recipient))
+
+    async def set_policy(self, tenant: str, policy: Policy | None, *, by: Scope | None = None) -> None:
+        """:meth:`Vault.set_policy <refvault.Vault.set_policy>`."""
+        await asyncio.to_thread(partial(self.vault.set_policy, tenant, policy, by=by))
+
+    async def policy(self, tenant: str) -> Policy | None:
+        """:meth:`Vault.policy <refvault.Vault.policy>`."""
+        return await asyncio.to_thread(self.vault.policy, tenant)
 
     async def delete(self, scope: Scope, artifact_id: str) -> None:
         await asyncio.to_thread(self.vault.delete, scope, artifact_id)
 
+    async def declassify(self, scope: Scope, artifact_id: str, *, remove: Iterable[str], reason: str) -> Descriptor:
+        """:meth:`Vault.declassify <refvault.Vault.declassify>`: the owner removes labels, audited."""
+        return await asyncio.to_thread(self.vault.declassify, scope, artifact_id, remove=remove, reason=reason)
+
+    async def share(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        to: Principal,
+        purposes: Iterable[str] | None = None,
+        recipients: Iterable[str] | None = None,
+        expires_at: datetime | None = None,
+        disclosure: Disclosure = "model",
+    ) -> Grant:
+        """:meth:`Vault.share <refvault.Vault.share>`: the owner lets another principal of its tenant read it."""
+        share = partial(self.vault.share, to=to, purposes=purposes, recipients=recipients, expires_at=expires_at)
+        return await asyncio.to_thread(share, scope, artifact_id, disclosure=disclosure)
+
+    async def grants(self, scope: Scope, artifact_id: str) -> _Grants:
+        """:meth:`Vault.grants <refvault.Vault.grants>`."""
+        return await asyncio.to_thread(self.vault.grants, scope, artifact_id)
+
+    async def revoke(self, scope: Scope, grant_id: str) -> Grant:
+        """:meth:`Vault.revoke <refvault.Vault.revoke>`."""
+        return await asyncio.to_thread(self.vault.revoke, scope, grant_id)
+
+    async def link(self, scope: Scope, artifact_id: str, *, recipient: str, **options: Any) -> str:
+        """:meth:`Vault.link <refvault.Vault.link>`: a capability link's path."""
+        return await asyncio.to_thread(partial(self.vault.link, scope, artifact_id, recipient=recipient, **options))
+
     async def verify(self) -> VerifyReport:
         return await asyncio.to_thread(self.vault.verify)
+
+    async def audit(
+        self, scope: Scope, *, artifact_id: str | None = None, after: int = 0, limit: int = 100
+    ) -> _AuditEntries:
+        """:meth:`Vault.audit <refvault.Vault.audit>`: the caller's view of its tenant's audit log."""
+        return await asyncio.to_thread(self.vault.audit, scope, artifact_id=artifact_id, after=after, limit=limit)
+
+    async def disclosures(self, scope: Scope, artifact_id: str) -> _Disclosures:
+        """:meth:`Vault.disclosures <refvault.Vault.disclosures>`: the disclosure ledger of an artifact owned."""
+        return await asyncio.to_thread(self.vault.disclosures, scope, artifact_id)
+
+    async def audit_head(self, tenant: str) -> tuple[int, str]:
+        """:meth:`Vault.audit_head <refvault.Vault.audit_head>`."""
+        return await asyncio.to_thread(self.vault.audit_head, tenant)
+
+    async def verify_audit(self, tenant: str | None = None, head: str | None = None) -> AuditReport:
+        """:meth:`Vault.verify_audit <refvault.Vault.verify_audit>`."""
+        return await asyncio.to_thread(self.vault.verify_audit, tenant, head)
 
     async def gc(self, **options: Any) -> GcReport:
         return await asyncio.to_thread(self.vault.gc, **options)

@@ -38,15 +38,16 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from refvault.blobs.base import BlobKey, BlobStore
+from refvault.blobs.base import BlobStore
+from refvault.catalog.audit_log import AuditAppender
 from refvault.catalog.base import Catalog, Derivation, Manifest, Publication
 from refvault.catalog.macs import ManifestKeys
 from refvault.errors import (
@@ -62,9 +63,31 @@ from refvault.errors import (
 from refvault.ids import check_artifact_id, is_artifact_id, namespace_of, new_artifact_id
 from refvault.model import Descriptor, Scope, checked_expiry, checked_json, format_time
 from refvault.operations import CaptureMetadata, CaptureOptions, Selection, check_byte_span
+from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
+from refvault.vault.audit_trail import (
+    SYNCHRONOUS_ACTIONS,
+    WRITTEN,
+    AuditTrail,
+    LedgerStream,
+    RawEntry,
+    entries_of,
+    entry_of,
+    raw_entry,
+)
+from refvault.vault.authority import (
+    PolicyMethods,
+    authorize,
+    checked_reader,
+    permitted,
+    rechecker,
+)
 from refvault.vault.commit import GroupCommit, Pending
+from refvault.vault.grants import Sharing, shared_manifests
 from refvault.vault.ingest import ingest
+from refvault.vault.labels import DECLASSIFY_DETAIL, checked_removal
+from refvault.vault.links import Linking
 from refvault.vault.location import check_store_location, store_location
+from refvault.vault.maintenance import Maintenance, check_grace
 from refvault.vault.reports import AuditRecord, GcReport, KeyRotation, Problem, VerifyReport
 from refvault.vault.verified import ArtifactStream, VerifiedBlob
 
@@ -74,6 +97,17 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 DEFAULT_GRACE = 3600.0
+_RECORDED_FACTS = (  # the facts an AuditRecord carries besides ids (see refvault.vault.reports)
+    "purpose",
+    "recipient",
+    "grant_id",
+    "rule_id",
+    "selection",
+    "bytes",
+    "records",
+    "excerpt_hash",
+    "detail",
+)
 DEFAULT_INLINE_MAX = 32 * 1024
 
 
@@ -81,7 +115,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Vault:
+class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods):
     """Stores artifacts once and serves verified, scoped reads of them.
 
     Thread-safe: one vault may serve many threads; concurrent puts share
@@ -97,8 +131,10 @@ class Vault:
         clock: Callable[[], datetime] = _utcnow,
         inline_max: int = DEFAULT_INLINE_MAX,
         grace: float = DEFAULT_GRACE,
+        audit: bool = True,
     ) -> None:
-        _check_grace(grace)
+        """``audit=False`` keeps no persistent audit log (audit sinks still run); a read-only catalog keeps none."""
+        check_grace(grace)
         self.blobs = blobs
         self.catalog = catalog
         self.clock = clock
@@ -106,6 +142,9 @@ class Vault:
         self.grace = grace
         self._committer = GroupCommit(catalog)
         self._audit_sinks: list[Callable[[AuditRecord], None]] = []
+        # The persistent audit log (refvault.catalog.audit_log): reads are appended in batches.
+        persistent = audit and not getattr(catalog, "read_only", False)
+        self._audit_log = AuditAppender(_appender(catalog)) if persistent else None
         self._closed = False
         self.location: Path | None = None  # the embedded store's root directory, when there is one
         self._attachments: dict[str, Any] = {}
@@ -140,6 +179,22 @@ class Vault:
         """
         self._audit_sinks.append(sink)
 
+    def audited(
+        self, action: str, scope: Scope, artifact_id: str | None = None
+    ) -> AbstractContextManager[dict[str, Any]]:
+        """Run one operation an upper layer performs on this vault and audit it like the vault's own (see
+        :meth:`add_audit_sink`): the block fills the yielded facts (ids, counts, hashes; never content)."""
+        return self._audited(action, scope, artifact_id)
+
+    def audit_event(self, action: str, scope: Scope, artifact_id: str | None, *, outcome: str, **facts: Any) -> None:
+        """Append one entry for an event an upper layer saw happen (a guard stopping a request: ``guard_stop``).
+
+        ``facts`` are entry fields (``recipient``, ``purpose``, ``rule_id``, ``bytes``, ``detail``, ...):
+        names, counts and hashes only, each clipped to its column, never content. ``outcome`` is a word
+        or an error class name (``"ContextLeak"``).
+        """
+        self._emit(action, _checked_scope(scope), artifact_id, outcome, dict(facts))
+
     @contextmanager
     def _audited(self, action: str, scope: object, artifact_id: object = None) -> Iterator[dict[str, Any]]:
         """Run one operation and audit its outcome; also refuses to run on a closed vault."""
@@ -157,6 +212,14 @@ class Vault:
         self._emit(action, scope, artifact_id, "ok", facts)
 
     def _emit(self, action: str, scope: object, artifact_id: object, outcome: str, facts: dict[str, Any]) -> None:
+        if self._audit_log is not None and not facts.get(WRITTEN):
+            if action in SYNCHRONOUS_ACTIONS:
+                entry = entry_of(self.clock(), action, scope, artifact_id, outcome, facts)
+                if entry is not None:
+                    self._audit_log.flush()  # the chain keeps this process's order
+                    self.catalog.append_audit([entry])
+            else:
+                self._audit_log.add(raw_entry(self.clock(), action, scope, artifact_id, outcome, facts))
         if not self._audit_sinks:
             return
         owner = scope if isinstance(scope, Scope) else None
@@ -170,6 +233,7 @@ class Vault:
             artifact_id=facts.get("artifact_id", artifact_id if is_artifact_id(artifact_id) else None),
             content_hash=facts.get("content_hash"),
             byte_range=facts.get("byte_range"),
+            **{name: facts.get(name) for name in _RECORDED_FACTS},
         )
         for sink in self._audit_sinks:
             sink(record)
@@ -307,6 +371,9 @@ class Vault:
                     with contextlib.suppress(Exception):  # one attachment must not keep the store open
                         close()
         finally:
+            if self._audit_log is not None:
+                with contextlib.suppress(Exception):  # what is queued is written before the catalog closes
+                    self._audit_log.close()
             self.catalog.close()
             self.blobs.close()
 
@@ -357,13 +424,23 @@ class Vault:
                 source_version=checked.recorded_source_version(),
                 completeness=checked.recorded_completeness(),
                 idempotency_key=checked.idempotency_key,
+                labels=checked.recorded_labels(),
+                derived_from=checked.recorded_derived_from(),
             )
             namespace = namespace_of(draft.scope.tenant)
             got = ingest(data, self.blobs, namespace=namespace, inline_max=self.inline_max)
             manifest = replace(draft, digest=got.digest, size=got.size)
             record = got.record(namespace)
-            descriptor = self._committer.submit(Pending(Publication(manifest, record), got.writer)).descriptor()
+            # the put's audit entry commits with its manifest (a replayed put is audited after, as usual)
+            entry = None
+            if self._audit_log is not None:
+                self._audit_log.flush()  # the chain keeps this process's order
+                put_facts = {"content_hash": "sha256:" + got.digest}
+                entry = entry_of(now, "put", owner, manifest.artifact_id, "ok", put_facts)
+            stored = self._committer.submit(Pending(Publication(manifest, record, audit=entry), got.writer))
+            descriptor = stored.descriptor()
             facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)
+            facts[WRITTEN] = entry is not None and stored.artifact_id == manifest.artifact_id
         return descriptor
 
     # -- reads -------------------------------------------------------------------
@@ -375,13 +452,21 @@ class Vault:
         self._check_expiry(manifest)
         return manifest
 
-    def _open(self, scope: Scope, artifact_id: str) -> tuple[Manifest, VerifiedBlob]:
-        manifest = self._manifest(scope, artifact_id)
+    def _authorized(
+        self, scope: Scope, artifact_id: str, purpose: str, recipient: str, facts: dict[str, Any] | None = None
+    ) -> Manifest:
+        """The manifest of a read, from the one door every read goes through (:mod:`refvault.vault.authority`)."""
+        return authorize(self, scope, artifact_id, purpose=purpose, recipient=recipient, facts=facts)
+
+    def _open(
+        self, scope: Scope, artifact_id: str, purpose: str, recipient: str, facts: dict[str, Any] | None
+    ) -> tuple[Manifest, VerifiedBlob]:
+        manifest = self._authorized(scope, artifact_id, purpose, recipient, facts)
         try:
             blob = VerifiedBlob(manifest.artifact_id, manifest.key, manifest.size, self.catalog, self.blobs)
         except IntegrityError as exc:
             # Deleted and collected between the lookup and the open: that is absence, not damage.
-            if exc.kind == "missing" and self.catalog.find(scope, artifact_id) is None:
+            if exc.kind == "missing" and self.catalog.find(manifest.scope, manifest.artifact_id) is None:
                 raise NotFound(artifact_id) from None
             raise
         return manifest, blob
@@ -390,22 +475,36 @@ class Vault:
         if manifest.expires_at is not None and self.clock() >= manifest.expires_at:
             raise Expired(manifest.artifact_id, format_time(manifest.expires_at))
 
-    def describe(self, scope: Scope, artifact_id: str) -> Descriptor:
-        """The descriptor of an artifact visible in ``scope``."""
+    def describe(
+        self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
+    ) -> Descriptor:
+        """The descriptor of an artifact ``scope`` may read for ``purpose``, to ``recipient`` (see every read's
+        checks in :mod:`refvault.vault.authority`: owner or grant, expiry, the tenant's policy)."""
         with self._audited("describe", scope, artifact_id) as facts:
-            manifest = self._manifest(scope, artifact_id)
+            manifest = self._authorized(scope, artifact_id, purpose, recipient, facts)
             facts["content_hash"] = "sha256:" + manifest.digest
         return manifest.descriptor()
 
-    def read_bytes(self, scope: Scope, artifact_id: str) -> bytes:
+    def read_bytes(
+        self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
+    ) -> bytes:
         """Every byte of the artifact, verified before it is returned."""
-        return self.read_range(scope, artifact_id, 0, None)
+        return self.read_range(scope, artifact_id, 0, None, purpose=purpose, recipient=recipient)
 
-    def read_range(self, scope: Scope, artifact_id: str, offset: int, length: int | None) -> bytes:
+    def read_range(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        offset: int,
+        length: int | None,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> bytes:
         """Verified bytes ``[offset, offset + length)`` (``None``: to the end); only the chunks touched are read."""
         with self._audited("read", scope, artifact_id) as facts:
             check_byte_span(offset, length)
-            _, blob = self._open(scope, artifact_id)
+            _, blob = self._open(scope, artifact_id, purpose, recipient, facts)
             try:
                 if offset == 0 and (length is None or length >= blob.size):
                     data = blob.read_all()
@@ -414,28 +513,39 @@ class Vault:
             finally:
                 blob.close()
             facts.update(content_hash="sha256:" + blob.record.key.digest, byte_range=(offset, offset + len(data)))
+            if self._audit_log is not None:  # the disclosure ledger: the SHA-256 of exactly the bytes returned
+                whole = len(data) == blob.size  # all of them: that is the content hash, verified as they were read
+                excerpt = blob.record.key.digest if whole else hashlib.sha256(data).hexdigest()
+                facts.update(bytes=len(data), excerpt_hash=excerpt)
         return data
 
-    def stream(self, scope: Scope, artifact_id: str) -> ArtifactStream:
+    def stream(
+        self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
+    ) -> ArtifactStream:
         """A seekable binary stream, verified chunk by chunk, in bounded memory.
 
-        Expiry is re-checked each time the stream moves to a new chunk. Like an
-        open file, a stream keeps reading the version it opened if the artifact
-        is deleted meanwhile.
+        The read is authorised again each time the stream moves to a new chunk
+        (expiry, the tenant's policy, a grantee's grant: :func:`authority.rechecker
+        <refvault.vault.authority.rechecker>`). Like an open file, an owner's stream
+        keeps reading the version it opened if the artifact is deleted meanwhile.
         """
-        return self._stream(scope, artifact_id)[1]
+        return self._stream(scope, artifact_id, purpose, recipient)[1]
 
-    def open_artifact(self, scope: Scope, artifact_id: str) -> tuple[Descriptor, ArtifactStream]:
+    def open_artifact(
+        self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
+    ) -> tuple[Descriptor, ArtifactStream]:
         """The descriptor and a verified stream (as :meth:`stream`) of an artifact, from one lookup.
 
         The same as :meth:`describe` then :meth:`stream`, without looking the
         artifact up twice; the descriptor is of exactly the version the stream
         reads. Audited once, as a ``read``. The caller closes the stream.
         """
-        manifest, stream = self._stream(scope, artifact_id)
+        manifest, stream = self._stream(scope, artifact_id, purpose, recipient)
         return manifest.descriptor(), stream
 
-    def verify_artifact(self, scope: Scope, artifact_id: str) -> dict[str, Any]:
+    def verify_artifact(
+        self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
+    ) -> dict[str, Any]:
         """Re-read and hash every byte of one artifact: ``{"artifact_id", "ok", "content_hash", "size"}``.
 
         Raises :class:`IntegrityError` if the bytes do not match the content
@@ -443,7 +553,7 @@ class Vault:
         it proves what a reader would get). :class:`refvault.client.Client`
         has the same method, run by the server.
         """
-        descriptor, stream = self.open_artifact(scope, artifact_id)
+        descriptor, stream = self.open_artifact(scope, artifact_id, purpose=purpose, recipient=recipient)
         digest = hashlib.sha256()
         size = 0
         with stream:
@@ -459,33 +569,82 @@ class Vault:
             "size": size,
         }
 
-    def _stream(self, scope: Scope, artifact_id: str) -> tuple[Manifest, ArtifactStream]:
+    def _stream(self, scope: Scope, artifact_id: str, purpose: str, recipient: str) -> tuple[Manifest, ArtifactStream]:
         blob: VerifiedBlob | None = None
         try:
             with self._audited("read", scope, artifact_id) as facts:
-                manifest, blob = self._open(scope, artifact_id)
+                manifest, blob = self._open(scope, artifact_id, purpose, recipient, facts)
                 facts.update(content_hash="sha256:" + manifest.digest, byte_range=(0, blob.size))
+                facts["selection"] = f"stream opened on bytes 0-{blob.size}"  # what it returns is recorded at close
+                opened = dict(facts)
         except BaseException:
             if blob is not None:
                 blob.close()
             raise
-        return manifest, ArtifactStream(blob, guard=lambda: self._check_expiry(manifest))
+        again = rechecker(self, scope, manifest, purpose=purpose, recipient=recipient)
+        log = self._audit_log
+        if log is None:
+            return manifest, ArtifactStream(blob, guard=again)
 
-    def list(self, scope: Scope) -> list[Descriptor]:
-        """Unexpired artifacts of ``scope``, newest first (ties: latest published first)."""
-        with self._audited("list", scope):
-            now = self.clock()
-            return [
-                m.descriptor()
-                for m in self.catalog.in_scope(_checked_scope(scope))
-                if m.expires_at is None or now < m.expires_at
-            ]
+        def disclosed(summary: dict[str, Any]) -> None:  # the ledger: exactly what the stream returned
+            log.add(raw_entry(self.clock(), "stream", scope, manifest.artifact_id, "ok", {**opened, **summary}))
+
+        return manifest, LedgerStream(blob, again, disclosed)
+
+    def list(
+        self, scope: Scope, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
+    ) -> list[Descriptor]:
+        """Unexpired artifacts of ``scope``, newest first (ties: latest published first), without those the
+        tenant's policy refuses for ``purpose`` and ``recipient``. Artifacts shared with ``scope`` by a live
+        grant that covers ``purpose`` and ``recipient`` are included, marked ``scope["shared"]`` and
+        ``scope["grant_id"]`` in their descriptor (:mod:`refvault.vault.grants`)."""
+        with self._audited("list", scope) as facts:
+            owner = _checked_scope(scope)
+            purpose, recipient = checked_reader(purpose, recipient)
+            facts.update(purpose=purpose, recipient=recipient)
+            shared = shared_manifests(self.catalog, owner, self.clock(), purpose=purpose, recipient=recipient)
+            found = sorted([*self.catalog.in_scope(owner), *shared], key=lambda m: m.created_at, reverse=True)
+            return [m.descriptor() for m in found if permitted(self, owner, m, purpose=purpose, recipient=recipient)]
 
     def delete(self, scope: Scope, artifact_id: str) -> None:
         """Remove the artifact's manifest; its bytes go at the next ``gc`` if unreferenced."""
-        with self._audited("delete", scope, artifact_id):
-            if not self.catalog.delete(_checked_scope(scope), check_artifact_id(artifact_id)):
+        with self._audited("delete", scope, artifact_id) as facts:
+            owner, named = _checked_scope(scope), check_artifact_id(artifact_id)
+            # the delete's audit entry commits with the deletion
+            entry = None
+            if self._audit_log is not None:
+                self._audit_log.flush()  # the chain keeps this process's order
+                entry = entry_of(self.clock(), "delete", owner, named, "ok", {})
+            if not self.catalog.delete(owner, named, audit=entry):
                 raise NotFound(artifact_id)
+            facts[WRITTEN] = entry is not None
+
+    def declassify(self, scope: Scope, artifact_id: str, *, remove: Iterable[str], reason: str) -> Descriptor:
+        """Remove labels from an artifact: the one way a label goes (the model and tools cannot); its new descriptor.
+
+        Only the owner may: ``scope`` must be the artifact's own (any other scope, a grantee's too, gets
+        the same :class:`NotFound` as an absent id; an expired artifact is :class:`Expired`). ``remove``
+        names at least one label the artifact carries (else :class:`InvalidArgument`); ``reason``
+        (1-1024 characters) says why. The row is re-MAC'd with its new labels in one write. Audited as
+        ``declassify``: the removed names and the reason's SHA-256 only (:mod:`refvault.vault.labels`).
+        Two concurrent declassifications of one artifact may lose one removal (the label stays), never
+        the other way.
+        """
+        with self._audited("declassify", scope, artifact_id) as facts:
+            facts["detail"] = DECLASSIFY_DETAIL
+            owner = _checked_scope(scope)
+            manifest = self._manifest(owner, artifact_id)  # absent, not the owner's, expired: before any argument
+            kept, facts["selection"] = checked_removal(manifest, remove, reason)
+            facts["content_hash"] = "sha256:" + manifest.digest
+            entry = None  # the declassification's audit entry commits with the new labels
+            if self._audit_log is not None:
+                self._audit_log.flush()  # the chain keeps this process's order
+                entry = entry_of(self.clock(), "declassify", owner, manifest.artifact_id, "ok", facts)
+            updated = self.catalog.set_labels(owner, manifest.artifact_id, kept, audit=entry)
+            facts[WRITTEN] = updated is not None and entry is not None
+            if updated is None:  # deleted meanwhile
+                raise NotFound(artifact_id)
+        return updated.descriptor()
 
     def read_selection(self, scope: Scope, artifact_id: str, request: Selection[R], local: Callable[[Any], R]) -> R:
         """Run a selective read here: ``local(self)``, the read engine :mod:`refvault.read` hands in.
@@ -496,27 +655,63 @@ class Vault:
         """
         return local(self)
 
-    def audit_read(self, action: str, scope: Scope, descriptor: Descriptor) -> None:
-        """Audit a read an upper layer served from verified bytes (e.g. a record query); by id only."""
+    def audit_read(
+        self,
+        action: str,
+        scope: Scope,
+        descriptor: Descriptor,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+        selection: str | None = None,
+        excerpt_hash: str | None = None,
+        bytes: int | None = None,
+        records: int | None = None,
+    ) -> None:
+        """Audit a read an upper layer served from verified bytes (e.g. a record query); by id only.
+
+        ``selection`` is a short summary the engine builds itself (``"chars 0-4000"``, ``"rows 0-50"``), never
+        caller text; ``excerpt_hash`` the hex SHA-256 of exactly the text it returned, which makes the read a
+        disclosure in the ledger; ``bytes``/``records`` what it returned.
+        """
         with self._audited(action, scope, descriptor.artifact_id) as facts:
-            facts["content_hash"] = descriptor.content_hash
+            facts.update(content_hash=descriptor.content_hash, purpose=purpose, recipient=recipient)
+            facts.update(selection=selection, excerpt_hash=excerpt_hash, bytes=bytes, records=records)
 
     # -- derivatives -------------------------------------------------------------
 
-    def derived(self, scope: Scope, artifact_id: str, kind: str) -> Derivation | None:
-        """The derivative of ``kind`` recorded for an artifact visible in ``scope``, if any."""
-        manifest = self._manifest(scope, artifact_id)
+    def derived(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        kind: str,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> Derivation | None:
+        """The derivative of ``kind`` recorded for an artifact ``scope`` may read, for ``purpose``, to ``recipient``."""
+        manifest = self._authorized(scope, artifact_id, purpose, recipient)
         with _naming(manifest.artifact_id):
             return self.catalog.derivation(manifest.key, kind)
 
-    def put_derived(self, scope: Scope, artifact_id: str, kind: str, data: object, info: dict[str, Any]) -> Derivation:
+    def put_derived(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        kind: str,
+        data: object,
+        info: dict[str, Any],
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> Derivation:
         """Store bytes derived from an artifact's bytes, linked to its blob; return the derivation kept.
 
         Derivatives are shared by every artifact with the same bytes in the
         tenant and live as long as that blob. If another writer recorded one
         first, theirs is returned and these bytes are discarded.
         """
-        manifest = self._manifest(scope, artifact_id)
+        manifest = self._authorized(scope, artifact_id, purpose, recipient)
         got = ingest(data, self.blobs, namespace=manifest.key.namespace, inline_max=self.inline_max)
         record = got.record(manifest.key.namespace)
         draft = Derivation(manifest.key, kind, got.digest, got.size, checked_json("info", info, limit=1 << 20))
@@ -538,208 +733,21 @@ class Vault:
             raise NotFound(artifact_id)
         return kept
 
-    def open_derived(self, scope: Scope, artifact_id: str, kind: str) -> tuple[Derivation, ArtifactStream]:
+    def open_derived(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        kind: str,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> tuple[Derivation, ArtifactStream]:
         """A verified stream of an artifact's derivative (:class:`NotFound` if none was recorded)."""
-        derivation = self.derived(scope, artifact_id, kind)
+        derivation = self.derived(scope, artifact_id, kind, purpose=purpose, recipient=recipient)
         if derivation is None:
             raise NotFound(artifact_id)
         blob = VerifiedBlob(artifact_id, derivation.key, derivation.size, self.catalog, self.blobs)
         return derivation, ArtifactStream(blob)
-
-    # -- maintenance -------------------------------------------------------------
-
-    def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
-        """Check every manifest row's MAC, then re-read and re-hash every blob; report problems with artifact ids.
-
-        Every row is checked: one that fails its MAC is a ``manifest`` problem, one
-        whose blob key is outside its tenant's namespace a ``misplaced`` one, and the
-        blob of every row that can be decoded is looked for in the row's own tenant's
-        namespace (``missing``/``corrupt``), whatever the row's namespace column says.
-        ``progress(done_bytes, total_bytes)`` is called as blobs are checked. A
-        blob that goes missing because its artifacts were deleted and collected
-        while ``verify`` ran is not a problem and is not reported.
-        """
-        if self._closed:
-            raise StorageError("this vault is closed")
-        by_key: dict[BlobKey, list[str]] = {}
-        sizes: dict[BlobKey, int] = {}
-        owners: dict[BlobKey, list[tuple[Scope, str]]] = {}
-        report = VerifyReport()
-        for row in self.catalog.audit():
-            report.artifacts += 1
-            shown = shown_id(row.artifact_id)
-            digest = row.digest if _is_digest(row.digest) else ""
-            if row.fault is not None:
-                detail = f"artifact {shown} failed verification: {row.fault}"
-                report.problems.append(Problem("manifest", digest, detail, (shown,)))
-            m = row.manifest
-            if m is None or not digest:
-                continue
-            if row.namespace != m.key.namespace:
-                detail = f"artifact {shown} failed verification: its blob key is in another tenant's namespace"
-                report.problems.append(Problem("misplaced", digest, detail, (shown,)))
-            by_key.setdefault(m.key, []).append(shown)
-            owners.setdefault(m.key, []).append((m.scope, m.artifact_id))
-            sizes[m.key] = m.size
-        for d, source, fault in self.catalog.audit_derivations():  # named by the artifacts of its source
-            names = by_key.get(source, []) if source is not None else []
-            if fault is not None:
-                detail = f"a derivation failed verification: {fault}"
-                digest = source.digest if source is not None else ""
-                report.problems.append(Problem("manifest", digest, detail, tuple(sorted(set(names))) or ("(derived)",)))
-            if d is not None:
-                by_key.setdefault(d.key, []).extend(names)
-                sizes[d.key] = d.size
-        total = sum(sizes.values())
-        for key in sorted(by_key):
-            ids = tuple(sorted(set(by_key[key])))
-            problem = self._check_blob(key, sizes[key], ids or ("(derived)",))
-            if problem is not None and (problem.kind != "missing" or self._still_named(key, owners.get(key, []))):
-                report.problems.append(problem)
-            report.blobs_checked += 1
-            report.bytes_checked += sizes[key]
-            if progress is not None:
-                progress(report.bytes_checked, total)
-        report.grace = self.grace
-        _, old = self._unreferenced(self.grace)
-        wait = 0.0
-        for key in iter(self.blobs.keys()):
-            if key in by_key:
-                continue
-            report.unreferenced += 1
-            age = self.blobs.age(key)
-            if key not in old or (age is not None and age < self.grace):  # what gc keeps (see _unreferenced)
-                report.unreferenced_in_grace += 1
-                wait = max(wait, self.grace - (age or 0.0))
-        if report.unreferenced_in_grace:
-            report.collectable_after = self.clock() + timedelta(seconds=wait)
-        return report
-
-    def _unreferenced(self, grace: float) -> tuple[set[BlobKey], set[BlobKey]]:
-        """gc's rule, which ``verify`` reports by: (every unreferenced blob, those unreferenced for ``grace``).
-
-        A blob is unreferenced when no artifact or derivation names it (a file without a catalog
-        record too); gc removes one whose record is older than ``grace`` and whose stored bytes are too.
-        """
-        orphans = {key for key in iter(self.blobs.keys()) if not self.catalog.has_blob(key)}
-        return set(self.catalog.unreferenced(0)) | orphans, set(self.catalog.unreferenced(grace)) | orphans
-
-    def _still_named(self, key: BlobKey, owners: Sequence[tuple[Scope, str]]) -> bool:
-        """Whether a missing blob is still named by a row or a derivation (not deleted and collected meanwhile).
-
-        Asked of the rows themselves, not only of the catalog's blob references, which
-        follow the rows' namespace column: a row moved to another tenant still counts.
-        """
-        if self.catalog.is_referenced(key):
-            return True
-        for scope, artifact_id in owners:
-            try:
-                if self.catalog.find(scope, artifact_id) is not None:
-                    return True
-            except IntegrityError:
-                return True  # the row is still there (and reported as a manifest problem)
-        return False
-
-    def _check_blob(self, key: BlobKey, size: int, ids: tuple[str, ...]) -> Problem | None:
-        try:
-            blob = VerifiedBlob(ids[0], key, size, self.catalog, self.blobs)
-        except IntegrityError as exc:
-            return Problem(exc.kind, key.digest, str(exc), ids)
-        try:
-            blob.check()
-        except IntegrityError as exc:
-            return Problem(exc.kind, key.digest, str(exc), ids)
-        finally:
-            blob.close()
-        return None
-
-    def rotate_manifest_key(self, *, drop_retired: bool = False) -> KeyRotation:
-        """Make a fresh manifest key current, then MAC every authentic row again with it.
-
-        Rows MAC'd with the old key keep verifying throughout (the old key stays in the
-        ring, retired). Rows that fail their MAC are left as they are: a rotation never
-        launders an edit. With ``drop_retired``, the retired keys are then removed if no
-        authentic row still uses one: from then on a row MAC'd with one fails. The ring
-        is rewritten where it is kept (``manifest-keys.json``, ``$REFVAULT_MANIFEST_KEY_FILE``);
-        a ring given in ``$REFVAULT_MANIFEST_KEY`` cannot be rotated here (:class:`StorageError`).
-        """
-        if self._closed:
-            raise StorageError("this vault is closed")
-        key_id = self.catalog.rotate_manifest_key()
-        remacd, failing = self.catalog.remac()
-        dropped: tuple[str, ...] | None = ()
-        if drop_retired:
-            gone = self.catalog.drop_retired_manifest_keys()
-            dropped = None if gone is None else tuple(gone)
-        return KeyRotation(key_id, remacd, failing, dropped)
-
-    def gc(self, *, grace: float | None = None, dry_run: bool = False) -> GcReport:
-        """Remove expired artifacts, then blobs and temporaries unreferenced for ``grace`` seconds.
-
-        Collection runs under the catalog's write lock, so it never removes a
-        blob a concurrent put is publishing.
-        """
-        if self._closed:
-            raise StorageError("this vault is closed")
-        grace = self.grace if grace is None else grace
-        _check_grace(grace)
-        report = GcReport(dry_run=dry_run, grace=grace)
-        now = self.clock()
-        if dry_run:  # what delete_expired would remove: rows by their expiry, authentic or not
-            report.expired = [
-                row.artifact_id
-                for row in self.catalog.audit()
-                if row.manifest is not None and row.manifest.expires_at is not None and row.manifest.expires_at <= now
-            ]
-        else:
-            report.expired = self.catalog.delete_expired(now)
-        unreferenced, candidates = self._unreferenced(grace)
-        gone = self._collect(sorted(candidates), grace, dry_run, report)
-        if report.blobs_removed and not dry_run:
-            # Collecting a source drops its derivations: collect the derivatives it orphaned now.
-            self._collect(sorted(self.catalog.unreferenced(grace)), grace, dry_run, report)
-        report.blobs_kept = len(unreferenced - gone)
-        report.temporaries_removed = self.blobs.sweep_temp(grace, dry_run=dry_run)
-        if not dry_run:
-            with self._attach_lock:
-                attachments = list(self._attachments.values())
-            for attachment in attachments:  # e.g. local copies of collected derivatives
-                after_gc = getattr(attachment, "after_gc", None)
-                if callable(after_gc):
-                    after_gc(self)
-        return report
-
-    def _collect(self, candidates: Sequence[BlobKey], grace: float, dry_run: bool, report: GcReport) -> set[BlobKey]:
-        """Collect (or, dry, count) the candidates old enough; return those removed, would be, or failed."""
-        gone: set[BlobKey] = set()
-        for key in candidates:
-            if dry_run:
-                age = self.blobs.age(key)
-                if age is None or age >= grace:
-                    report.blobs_removed += 1
-                    gone.add(key)
-                continue
-            try:
-                if self.catalog.collect(key, grace, self._remover(key, grace)):
-                    report.blobs_removed += 1
-                    gone.add(key)
-            except StorageError:
-                report.failures += 1  # one unremovable blob must not stop collection of the rest
-                gone.add(key)
-        return gone
-
-    def _remover(self, key: BlobKey, grace: float) -> Callable[[], bool]:
-        def remove() -> bool:
-            age = self.blobs.age(key)
-            if age is not None and age < grace:
-                return False
-            self.blobs.delete(key)
-            return True
-
-        return remove
-
-
-MAX_GRACE = 100 * 365 * 86400.0
 
 
 @contextmanager
@@ -756,13 +764,13 @@ def _naming(artifact_id: str) -> Iterator[None]:
         ) from None
 
 
-def _check_grace(grace: object) -> None:
-    if isinstance(grace, bool) or not isinstance(grace, int | float) or not 0 <= grace <= MAX_GRACE:
-        raise InvalidArgument("grace must be a number of seconds between 0 and 100 years")
+def _appender(catalog: Catalog) -> Callable[[Sequence[RawEntry]], object]:
+    """What the audit appender runs on each batch: make the entries, then chain and store them."""
 
+    def append(raws: Sequence[RawEntry]) -> object:
+        return catalog.append_audit(entries_of(raws))
 
-def _is_digest(value: object) -> bool:
-    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    return append
 
 
 def _checked_scope(scope: object) -> Scope:

@@ -17,11 +17,15 @@ class AuditRecord:
 
     ``outcome`` is ``"ok"`` or the name of the :class:`~refvault.errors.RefvaultError`
     raised. ``byte_range`` is ``(start, end)`` of what a read returned (a stream
-    records the whole artifact it may return).
+    records the whole artifact it may return). The other fields are those the persistent
+    audit log keeps (:class:`~refvault.catalog.audit_log.AuditEntry`): the read's ``purpose``
+    and ``recipient``, the ``grant_id``/``rule_id`` that decided it, a ``selection`` summary,
+    ``bytes``/``records`` returned, the ``excerpt_hash`` (hex SHA-256 of exactly the bytes
+    disclosed) and a fixed ``detail``.
     """
 
     at: datetime
-    action: str  # "put" | "describe" | "read" | "query" | "list" | "delete"
+    action: str  # "put" | "describe" | "read" | "window" | "grep" | "query" | "list" | "delete" | ...
     outcome: str
     tenant: str | None
     user: str | None
@@ -29,6 +33,15 @@ class AuditRecord:
     artifact_id: str | None = None
     content_hash: str | None = None
     byte_range: tuple[int, int] | None = None
+    purpose: str | None = None
+    recipient: str | None = None
+    grant_id: str | None = None
+    rule_id: str | None = None
+    selection: str | None = None
+    bytes: int | None = None
+    records: int | None = None
+    excerpt_hash: str | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,9 @@ between the SDK's client and a real upstream server subprocess):
   protected (their bytes reach a result only encoded, and base64 is stored
   above); the guard's own limits apply (spans under its ``min_match``, 64 bytes
   by default, and deliberate encodings are not found).
+* **Labels follow the upstream.** ``GatewayOptions(labels={...})`` (``refvault mcp proxy --label``)
+  puts those labels on every part stored from the upstream's results, binary parts and offloaded
+  text alike (``tests/toolbox/test_taint.py``).
 * **Oversized text is offloaded.** When the texts of a result (text blocks and
   embedded *text* resources) are estimated above ``offload_tokens`` (20,000 by
   default), the largest are captured with ``disclosure="model"``
@@ -163,7 +166,7 @@ from refvault.integrations.mcp.serving import serve_http, serve_stdio, until_sto
 from refvault.integrations.mcp.serving import serve_until_stopped as serve_until_stopped
 from refvault.integrations.mcp.serving import stderr_line as stderr_line
 from refvault.integrations.mcp.upstream import ToolNameClash, Upstream
-from refvault.mcp_tools import ArtifactTools, new_tool_call_id, not_found
+from refvault.mcp_tools import ArtifactTools, client_name, new_tool_call_id, not_found
 from refvault.model import Scope, base_type, is_text
 from refvault.vault.core import Vault
 
@@ -209,7 +212,9 @@ class Gateway:
         self.server_name = server_name
         self.options = options or GatewayOptions()
         self.guard = guard if guard is not None else LeakGuard()
-        self.artifacts = ArtifactTools(vault, max_resource_bytes=self.options.max_resource_bytes, guard=self.guard)
+        self.artifacts = ArtifactTools(
+            vault, max_resource_bytes=self.options.max_resource_bytes, guard=self.guard, model=self.options.model
+        )
         self.toolbox = self.artifacts.toolbox
         self._examined: set[str] = set()  # sealed artifacts of the scope already protected (or not text)
         self._protecting = threading.Lock()
@@ -258,16 +263,20 @@ class Gateway:
         return self._input_schemas.get(name)
 
     async def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | None, *, request_id: object = None
+        self, name: str, arguments: Mapping[str, Any] | None, *, request_id: object = None, model: str | None = None
     ) -> types.CallToolResult:
-        """Run one call: refvault's own tool, or the upstream's with its result materialised and offloaded."""
+        """Run one call: refvault's own tool (its reads for ``model``: see :meth:`ArtifactTools.toolbox_for
+        <refvault.mcp_tools.ArtifactTools.toolbox_for>`), or the upstream's with its result materialised and
+        offloaded."""
         tool_call_id = new_tool_call_id(request_id)
         if name in self.builtin:
-            return await self._call_builtin(name, arguments or {}, tool_call_id)
+            return await self._call_builtin(name, arguments or {}, tool_call_id, model)
         return await self._call_upstream(name, arguments, tool_call_id)
 
-    async def _call_builtin(self, name: str, arguments: Mapping[str, Any], tool_call_id: str) -> types.CallToolResult:
-        result = await self.artifacts.call_tool(self.scope, name, arguments, tool_call_id)
+    async def _call_builtin(
+        self, name: str, arguments: Mapping[str, Any], tool_call_id: str, model: str | None
+    ) -> types.CallToolResult:
+        result = await self.artifacts.call_tool(self.scope, name, arguments, tool_call_id, model=model)
         withheld = await self._withheld(result, f"the result of tool {name!r}")
         return result if withheld is None else error_result(withheld)
 
@@ -307,6 +316,7 @@ class Gateway:
                 tool_call_id=tool_call_id,
                 limits=self._materialize_limits(),
                 disclosure=self.options.binary_disclosure,
+                labels=self.options.labels,
             )
         except MaterializationError as exc:
             logger.warning("refused the result of %s: %s", provenance, type(exc).__name__)
@@ -409,11 +419,14 @@ class Gateway:
         """The scope's artifacts as ``refvault://`` resources, newest first, ``RESOURCES_PAGE`` per page."""
         return await self.artifacts.list_resources(self.scope, cursor)
 
-    async def read_resource(self, uri: str, *, request_id: object = None) -> types.ReadResourceResult:
-        """A ``refvault://`` artifact the model may read, or an upstream resource (its blobs materialised)."""
+    async def read_resource(
+        self, uri: str, *, request_id: object = None, model: str | None = None
+    ) -> types.ReadResourceResult:
+        """A ``refvault://`` artifact the model may read (read for ``model``), or an upstream resource (its blobs
+        materialised)."""
         if not is_refvault_uri(uri):
             return await self._read_upstream_resource(uri, request_id)
-        result = await self.artifacts.read_resource(self.scope, uri)
+        result = await self.artifacts.read_resource(self.scope, uri, model=model)
         return await self._checked_contents(result, uri)
 
     async def _checked_contents(self, result: types.ReadResourceResult, uri: str) -> types.ReadResourceResult:
@@ -466,6 +479,7 @@ class Gateway:
                 tool_call_id=new_tool_call_id(request_id),
                 limits=self._materialize_limits(),
                 disclosure=self.options.binary_disclosure,
+                labels=self.options.labels,
             )
         except MaterializationError as exc:
             raise MCPError(
@@ -515,7 +529,9 @@ class Gateway:
         async def on_call_tool(
             ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
         ) -> types.CallToolResult:
-            return await self.call_tool(params.name, params.arguments, request_id=ctx.request_id)
+            return await self.call_tool(
+                params.name, params.arguments, request_id=ctx.request_id, model=client_name(ctx)
+            )
 
         async def on_list_resources(
             ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -525,7 +541,7 @@ class Gateway:
         async def on_read_resource(
             ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
         ) -> types.ReadResourceResult:
-            return await self.read_resource(str(params.uri), request_id=ctx.request_id)
+            return await self.read_resource(str(params.uri), request_id=ctx.request_id, model=client_name(ctx))
 
         upstream_instructions = self.upstream.instructions
         text = "\n\n".join(part for part in (upstream_instructions, instructions or _INSTRUCTIONS) if part)

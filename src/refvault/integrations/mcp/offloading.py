@@ -14,6 +14,7 @@ from refvault.integrations.mcp.results import URI_SHOWN, bounded, is_json_media_
 from refvault.model import Scope
 from refvault.read.previews import estimate_tokens
 from refvault.toolbox.offload import offload
+from refvault.toolbox.taint import model_may_see
 
 __all__ = ["ResultOffloader"]
 
@@ -41,6 +42,9 @@ class ResultOffloader:
         """
         threshold = self.options.offload_tokens
         source = f"mcp:{self.server_name}/{tool}"
+        labels = self.options.labels
+        if labels and not model_may_see(self.vault, self.scope, labels, model=self.options.model, purpose="default"):
+            return self._withhold(result, tool_call_id, source)
         content = list(result.content)
         texts = {i: text for i, block in enumerate(content) if (text := text_of(block)) is not None}
         changed = False
@@ -83,7 +87,37 @@ class ResultOffloader:
             return result
         return result.model_copy(update={"content": content, "structured_content": structured})
 
-    def _capture_resource(self, block: types.EmbeddedResource, tool_call_id: str, source: str) -> str:
+    def _withhold(self, result: types.CallToolResult, tool_call_id: str, source: str) -> types.CallToolResult:
+        """Every text of a result whose labels the policy denies to the model, captured whatever its size.
+
+        The model gets each one's descriptor and size, never its text (as a Toolbox does for a tainted
+        result, :mod:`refvault.toolbox.taint`); binary parts were stored already, labelled.
+        """
+        content: list[types.ContentBlock] = []
+        for block in result.content:
+            if isinstance(block, types.TextContent):
+                shown = self._capture(block.text, block.text, tool_call_id, source, withheld=True)
+                content.append(block.model_copy(update={"text": shown}))
+            elif isinstance(block, types.EmbeddedResource) and text_of(block) is not None:
+                shown = self._capture_resource(block, tool_call_id, source, withheld=True)
+                content.append(
+                    types.TextContent(type="text", text=shown, annotations=block.annotations, _meta=block.meta)
+                )
+            else:
+                content.append(block)
+        structured = result.structured_content
+        if structured is not None:
+            try:
+                encoded = to_json(structured)
+            except (ValueError, TypeError, RecursionError):
+                structured = {"refvault_omitted": "structuredContent omitted: it is not JSON-serialisable"}
+            else:
+                structured = json.loads(self._capture(encoded, structured, tool_call_id, source, withheld=True))
+        return result.model_copy(update={"content": content, "structured_content": structured})
+
+    def _capture_resource(
+        self, block: types.EmbeddedResource, tool_call_id: str, source: str, *, withheld: bool = False
+    ) -> str:
         """Offload an embedded text resource; the JSON shown instead names its URI and declared media type."""
         resource = block.resource
         assert isinstance(resource, types.TextResourceContents)
@@ -93,15 +127,16 @@ class ResultOffloader:
                 value = json.loads(resource.text)
             except (ValueError, RecursionError):
                 value = resource.text  # declared JSON, but not: stored as text
-        shown = json.loads(self._capture(resource.text, value, tool_call_id, source))
+        shown = json.loads(self._capture(resource.text, value, tool_call_id, source, withheld=withheld))
         shown["embedded_resource"] = {
             "uri": bounded(resource.uri, URI_SHOWN),
             "mimeType": bounded(resource.mime_type, URI_SHOWN) if resource.mime_type is not None else None,
         }
         return json.dumps(shown, ensure_ascii=False)
 
-    def _capture(self, text: str, value: Any, tool_call_id: str, source: str) -> str:
-        """Offload one text (``value`` is what it renders); the JSON the model sees instead."""
+    def _capture(self, text: str, value: Any, tool_call_id: str, source: str, *, withheld: bool = False) -> str:
+        """Offload one text (``value`` is what it renders); the JSON the model sees instead (``withheld``: its
+        size, not a preview)."""
         shown, _ = offload(
             self.vault,
             self.scope,
@@ -112,5 +147,7 @@ class ResultOffloader:
             run_id=None,
             preview_chars=self.options.preview_chars,
             source=source,
+            labels=self.options.labels,
+            withheld=withheld,
         )
         return shown

@@ -1,4 +1,4 @@
-"""How the gateway treats results (:class:`GatewayOptions`): offload threshold, previews, limits, disclosure."""
+"""How the gateway treats results (:class:`GatewayOptions`): offload threshold, previews, limits, disclosure, labels."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from refvault.content import Limits
-from refvault.errors import InvalidArgument
+from refvault.errors import InvalidArgument, InvalidMetadata
 from refvault.limits import DEFAULT_OFFLOAD_TOKENS, DEFAULT_PREVIEW_CHARS, MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS
 from refvault.mcp_tools import MAX_RESOURCE_BYTES
+from refvault.model import check_labels
+from refvault.policy import check_recipient
 
 __all__ = ["GatewayOptions"]
 
@@ -27,8 +29,16 @@ class GatewayOptions:
     binary_disclosure: Literal["model", "sealed"] = "sealed"
     max_resource_bytes: int = MAX_RESOURCE_BYTES
     server_name: str | None = None  # the upstream's name in provenance; None: what it reports about itself
+    labels: frozenset[str] = frozenset()  # put on every part stored from this upstream's results (offloaded too)
+    model: str | None = None  # the model refvault's own tools read for; None: the MCP client's declared name
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "labels", check_labels(self.labels))
+        except InvalidMetadata as exc:
+            raise InvalidArgument(str(exc)) from None
+        if self.model is not None:
+            check_recipient("model:" + self.model if isinstance(self.model, str) else None)
         if not _positive(self.offload_tokens):
             raise InvalidArgument("offload_tokens must be a positive integer")
         if not (_positive(self.preview_chars) and MIN_PREVIEW_CHARS <= self.preview_chars <= MAX_PREVIEW_CHARS):

@@ -1,0 +1,198 @@
+"""The authority calls of :class:`~refvault.client.Client` (mixed in): capability links, sharing grants, the
+audit log, the disclosure ledger and the tenant's policy, each the HTTP form of the :class:`~refvault.Vault`
+method of the same name, with the same checks and errors (the server runs them).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import httpx
+
+from refvault.catalog.audit_log import FIELDS as _AUDIT_FIELDS
+from refvault.catalog.audit_log import AuditEntry, DisclosureEntry
+from refvault.client_wire import moment
+from refvault.errors import InvalidArgument, InvalidMetadata, StorageError
+from refvault.ids import check_artifact_id
+from refvault.model import Disclosure, Grant, Principal, Scope
+from refvault.policy import Policy
+
+__all__ = ["AuthorityCalls"]
+
+_Grants: TypeAlias = "list[Grant]"  # named here: inside Client, ``list`` is Client.list
+_AuditEntries: TypeAlias = "list[AuditEntry]"
+_Disclosures: TypeAlias = "list[DisclosureEntry]"
+
+
+def _audit_entry(item: Any) -> AuditEntry:
+    """An entry from its JSON (``at`` is derived from ``at_us`` and not part of the entry)."""
+    if not isinstance(item, dict):
+        raise TypeError("not an object")
+    return AuditEntry(*(item[name] for name in _AUDIT_FIELDS))
+
+
+class AuthorityCalls:
+    """Links, grants, audit, ledger and policy over HTTP (mixed into :class:`~refvault.client.Client`)."""
+
+    if TYPE_CHECKING:
+        url: str
+
+        def _call(
+            self,
+            method: str,
+            path: str,
+            scope: Scope,
+            artifact_id: str | None = None,
+            *,
+            params: Mapping[str, Any] | None = None,
+            json_body: Any = None,
+            purpose: str = ...,
+            recipient: str = ...,
+        ) -> httpx.Response: ...
+        def _json(self, response: httpx.Response) -> Any: ...
+        @staticmethod
+        def _path(artifact_id: str, tail: str = "") -> str: ...
+
+    def link(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        recipient: str,
+        purpose: str = "default",
+        expires_in: timedelta = timedelta(minutes=5),
+        byte_range: tuple[int, int] | None = None,
+    ) -> str:
+        """A capability link (an absolute URL on the server, no API key needed) to the artifact or ``byte_range``
+        for ``recipient``, valid ``expires_in`` (1 s to 24 h); see :meth:`Vault.link <refvault.Vault.link>`."""
+        if not isinstance(expires_in, timedelta):
+            raise InvalidArgument("expires_in must be a timedelta from 1 second to 24 hours")
+        seconds = expires_in.total_seconds()
+        if seconds != int(seconds):
+            raise InvalidArgument("expires_in must be a whole number of seconds over HTTP")
+        body: dict[str, Any] = {"recipient": recipient, "purpose": purpose, "expires_in": int(seconds)}
+        if byte_range is not None:
+            body["byte_range"] = list(byte_range)
+        answer = self._json(self._call("POST", self._path(artifact_id, "/links"), scope, artifact_id, json_body=body))
+        if not isinstance(answer, dict) or not isinstance(answer.get("url"), str):
+            raise StorageError(f"the refvault server at {self.url} sent a malformed link")
+        return str(answer["url"])
+
+    # -- sharing grants (POST/GET /v1/artifacts/{id}/grants, DELETE /v1/grants/{grant_id}) --------------
+
+    def share(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        *,
+        to: Principal,
+        purposes: Iterable[str] | None = None,
+        recipients: Iterable[str] | None = None,
+        expires_at: datetime | None = None,
+        disclosure: Disclosure = "model",
+    ) -> Grant:
+        """Share the caller's artifact with ``to``; the same checks and errors as :meth:`Vault.share
+        <refvault.Vault.share>`, run by the server."""
+        if not isinstance(to, Principal):
+            raise InvalidArgument("to must be a refvault.Principal(tenant=..., user=..., sessions=...)")
+        if isinstance(scope, Scope) and to.tenant != scope.tenant:  # the server shares in the key's tenant only
+            raise InvalidArgument("a grant never crosses tenants: to.tenant must be the owner's tenant")
+        names = {"purposes": purposes, "recipients": recipients}
+        for name, value in names.items():
+            if value is not None and (isinstance(value, str) or not isinstance(value, Iterable)):
+                raise InvalidArgument(f"{name} must be a set of strings (or None for any)")
+        body: dict[str, Any] = {
+            "to": {
+                "user": to.user,
+                "sessions": None if to.sessions is None else sorted(to.sessions),
+            },
+            **{name: None if value is None else sorted(value) for name, value in names.items()},
+            "expires_at": moment("expires_at", expires_at),
+            "disclosure": disclosure,
+        }
+        response = self._call("POST", self._path(artifact_id, "/grants"), scope, artifact_id, json_body=body)
+        return self._grant(self._json(response))
+
+    def grants(self, scope: Scope, artifact_id: str) -> _Grants:
+        """Every grant the caller gave on its artifact, oldest first (:meth:`Vault.grants <refvault.Vault.grants>`)."""
+        answer = self._json(self._call("GET", self._path(artifact_id, "/grants"), scope, artifact_id))
+        if not isinstance(answer, dict) or not isinstance(answer.get("items"), list):
+            raise StorageError(f"the refvault server at {self.url} sent a malformed grant list")
+        return [self._grant(item) for item in answer["items"]]
+
+    def revoke(self, scope: Scope, grant_id: str) -> Grant:
+        """Revoke one of the caller's grants; the revoked grant (:meth:`Vault.revoke <refvault.Vault.revoke>`)."""
+        if not isinstance(grant_id, str) or not re.fullmatch(r"grt_[a-z2-7]{26}", grant_id):
+            raise InvalidArgument("not a refvault grant id: expected 'grt_' followed by 26 characters a-z, 2-7")
+        return self._grant(self._json(self._call("DELETE", f"/grants/{grant_id}", scope, grant_id)))
+
+    def _grant(self, answer: object) -> Grant:
+        try:
+            if not isinstance(answer, dict):
+                raise InvalidMetadata("not an object")
+            return Grant.from_dict(answer)
+        except InvalidMetadata:
+            raise StorageError(f"the refvault server at {self.url} sent a malformed grant") from None
+
+    # -- the audit log and the disclosure ledger (the caller's own view) ------------------
+
+    def audit(self, scope: Scope, *, artifact_id: str | None = None, after: int = 0, limit: int = 100) -> _AuditEntries:
+        """``GET /v1/audit``: :meth:`Vault.audit <refvault.Vault.audit>` on the server, for the key's scope."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if artifact_id is not None:
+            params["artifact_id"] = check_artifact_id(artifact_id)
+        answer = self._json(self._call("GET", "/audit", scope, artifact_id, params=params))
+        try:
+            return [_audit_entry(item) for item in answer["items"]]
+        except (KeyError, TypeError, ValueError):
+            raise StorageError(f"the refvault server at {self.url} sent a malformed audit page") from None
+
+    def audit_head(self, scope: Scope) -> tuple[int, str]:
+        """``GET /v1/audit/head``: the chain head (seq, hash) of the key's tenant, to anchor elsewhere."""
+        answer = self._json(self._call("GET", "/audit/head", scope))
+        try:
+            return int(answer["seq"]), str(answer["hash"])
+        except (KeyError, TypeError, ValueError):
+            raise StorageError(f"the refvault server at {self.url} sent a malformed audit head") from None
+
+    def disclosures(self, scope: Scope, artifact_id: str) -> _Disclosures:
+        """``GET /v1/artifacts/{id}/disclosures``: :meth:`Vault.disclosures <refvault.Vault.disclosures>`."""
+        answer = self._json(self._call("GET", self._path(artifact_id, "/disclosures"), scope, artifact_id))
+        try:
+            return [
+                DisclosureEntry(**{**item, "at": datetime.fromisoformat(item["at"].replace("Z", "+00:00"))})
+                for item in answer["items"]
+            ]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise StorageError(f"the refvault server at {self.url} sent a malformed disclosure list") from None
+
+    def policy(self, scope: Scope) -> Policy | None:
+        """The disclosure policy of ``scope``'s tenant (``GET /v1/policy``), or None when none is set.
+
+        Any key of the tenant reads it; :meth:`set_policy` (an admin key) changes it.
+        """
+        answer = self._json(self._call("GET", "/policy", scope))
+        if not isinstance(answer, dict) or "policy" not in answer:
+            raise StorageError(f"the refvault server at {self.url} sent a malformed policy")
+        if answer["policy"] is None:
+            return None
+        try:
+            return Policy.from_dict(answer["policy"])
+        except InvalidArgument:
+            raise StorageError(f"the refvault server at {self.url} sent a malformed policy") from None
+
+    def set_policy(self, scope: Scope, policy: Policy | None) -> None:
+        """Make ``policy`` the disclosure policy of ``scope``'s tenant (None: remove it): ``PUT``/``DELETE /v1/policy``.
+
+        Needs an admin key of the tenant (``refvault keys create --admin``): any other key gets
+        :class:`~refvault.errors.Forbidden` and nothing changes. Audited as ``set_policy`` by ``scope``.
+        """
+        if policy is None:
+            self._call("DELETE", "/policy", scope)
+            return
+        if not isinstance(policy, Policy):
+            raise InvalidArgument("policy must be a refvault.policy.Policy (or None to remove the tenant's policy)")
+        self._call("PUT", "/policy", scope, json_body=policy.to_dict())
