@@ -3,7 +3,8 @@
 How each block runs (its directive, working directory, environment) is in ``blocks.py`` and ``run.py``. A
 chain (a block and the ``continue`` blocks after it) runs once; each of its blocks is its own test, named
 ``file:line`` of its fence. Blocks marked ``server`` run against one ``refvault serve`` for the session, with
-``REFVAULT_URL`` and ``REFVAULT_API_KEY`` set (a key of tenant ``acme``, user ``ana``, every session).
+``REFVAULT_URL`` and ``REFVAULT_API_KEY`` set (a key of tenant ``acme``, user ``ana``, every session), and
+``REFVAULT_ADMIN_KEY`` (an admin key of ``acme``).
 """
 
 from __future__ import annotations
@@ -25,9 +26,16 @@ OUTCOMES: dict[tuple[Path, int], list[Outcome]] = {}  # by chain: each chain run
 
 @pytest.fixture(scope="session")
 def docs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The environment of a ``server`` block: a live ``refvault serve`` and an API key for acme/ana."""
-    with serve(tmp_path_factory.mktemp("docs-server") / "store") as live:
-        yield {"REFVAULT_URL": live.url, "REFVAULT_API_KEY": live.token}
+    """The environment of a ``server`` block: a live ``refvault serve``, an API key for acme/ana and an admin key
+    of acme (``REFVAULT_ADMIN_KEY``, user ``root``)."""
+    from refvault import Vault
+    from refvault.keys import create_key
+
+    store = tmp_path_factory.mktemp("docs-server") / "store"
+    with Vault.open(store) as vault:
+        _, admin = create_key(vault, "acme", "root", admin=True)
+    with serve(store) as live:
+        yield {"REFVAULT_URL": live.url, "REFVAULT_API_KEY": live.token, "REFVAULT_ADMIN_KEY": admin}
 
 
 def _cases() -> list[Any]:

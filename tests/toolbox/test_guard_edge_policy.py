@@ -98,3 +98,22 @@ def test_a_stop_at_the_llm_edge_is_audited_with_the_artifact_the_recipient_and_t
     }
     assert all(e.excerpt_hash is None for e in stops)  # a stop discloses nothing
     assert memory_vault.verify_audit(SCOPE.tenant).ok
+
+
+def test_a_model_request_the_guard_lets_through_with_a_selection_is_in_the_ledger(
+    memory_vault: Vault, pii: str
+) -> None:
+    import hashlib
+
+    box = Toolbox(memory_vault, model="private")
+    shown = box.call_sync("read_artifact", {"artifact_id": pii}, scope=SCOPE)
+    assert box.guard is not None
+    box.guard.check(_request("private", shown.content))
+    passes = [d for d in memory_vault.disclosures(SCOPE, pii) if d.action == "guard_pass"]
+    assert len(passes) == 1
+    (passed,) = passes
+    assert passed.recipient == "model:private"
+    assert passed.excerpt_hash == hashlib.sha256(shown.content.encode()).hexdigest()  # the part that carried it
+    assert passed.bytes == len(shown.content.encode())
+    box.guard.check(_request("private", "nothing of it here, just a question about the weather today"))
+    assert len([d for d in memory_vault.disclosures(SCOPE, pii) if d.action == "guard_pass"]) == 1

@@ -254,3 +254,19 @@ def test_a_refused_readers_own_audit_view_names_no_rule_and_no_grant(memory_vaul
         with pytest.raises(InvalidArgument):
             memory_vault.set_policy(bad, None)  # type: ignore[arg-type]
     assert memory_vault.catalog.audit_tenants() == ["acme"]  # no chain was started for a bad tenant name
+
+
+def test_an_audit_page_holds_at_most_limit_entries_and_pages_on(memory_vault: Vault) -> None:
+    artifact_id = memory_vault.put(OWNER, b"hello").artifact_id
+    for _ in range(9):
+        memory_vault.read_bytes(OWNER, artifact_id)
+    everything = memory_vault.audit(OWNER, limit=1000)
+    assert len(everything) == 10
+    pages, after = [], 0
+    while page := memory_vault.audit(OWNER, after=after, limit=3):
+        assert len(page) <= 3
+        pages.append(page)
+        after = page[-1].seq
+    assert [len(page) for page in pages] == [3, 3, 3, 1]
+    assert [e.seq for page in pages for e in page] == [e.seq for e in everything]
+    assert len(memory_vault.audit(OWNER, artifact_id=artifact_id, limit=2)) == 2

@@ -71,6 +71,8 @@ def verify_command(ctx: click.Context, tenant: str | None, anchor: str | None, a
         )
     else:
         click.echo(report.detail)
+        if report.ok and report.entries == 0 and tenant is not None:
+            click.echo(f"note: tenant {tenant} has no audit entries in this store (check the name)", err=True)
     if not report.ok:
         ctx.exit(1)
 

@@ -59,11 +59,14 @@ def set_command(ctx: click.Context, file: Path | None, clear: bool, tenant: str,
             raise CliError(f"cannot read {file}: {error_message(exc)}", "InputError") from None
         chosen = Policy.from_toml(source)
     with opened(ctx) as vault:
+        had = vault.policy(tenant) is not None
         vault.set_policy(tenant, chosen)
     if as_json:
         print_json({"tenant": tenant, "policy": None if chosen is None else chosen.to_dict()})
     elif chosen is None:
-        click.echo(f"removed the policy of tenant {tenant}")
+        click.echo(
+            f"removed the policy of tenant {tenant}" if had else f"tenant {tenant} had no policy: nothing removed"
+        )
     else:
         count = len(chosen.rules)
         click.echo(f"set the policy of tenant {tenant}: version {chosen.version}, {count} rule{'s' * (count != 1)}")

@@ -376,7 +376,10 @@ def list_command(
         row = _key_dict(key)
         state = f"revoked {row['revoked_at']}" if key.revoked_at else "active"
         label = f"  {key.label}" if key.label else ""
-        click.echo(f"{key.key_id}  {key.tenant}/{key.user}  {_sessions_text(key)}  {row['created_at']}  {state}{label}")
+        admin = "  admin" if key.admin else ""
+        click.echo(
+            f"{key.key_id}  {key.tenant}/{key.user}  {_sessions_text(key)}  {row['created_at']}  {state}{admin}{label}"
+        )
 
 
 @keys.command("revoke")

@@ -131,5 +131,5 @@ def _line(g: dict[str, Any]) -> str:
         state = "until " + g["expires_at"] if g["expires_at"] else "no expiry"
     return (
         f"{g['grant_id']}  {g['artifact_id']}  to {who}  purposes {purposes}  recipients {recipients}  "
-        f"{g['disclosure']}  {state}"
+        f"disclosure {g['disclosure']}  {state}"
     )

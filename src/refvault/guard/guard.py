@@ -51,6 +51,9 @@ PolicySource = DisclosurePolicy | Callable[[], DisclosurePolicy | None]
 """A tenant's disclosure policy, or a callable that returns the current one (None: no policy)."""
 StopSink = Callable[[Sequence[Finding], str, str], None]
 """Told of each refused or redacted request: its findings, its recipient and its purpose (never content)."""
+PassSink = Callable[[Sequence[tuple[str, str, int]], str, str], None]
+"""Told of each request let through that carries allowed artifacts' content: ``(artifact_id, sha256 of the
+request part, its byte count)`` each, the recipient and the purpose (never content)."""
 
 
 class _Scanned(NamedTuple):
@@ -60,6 +63,7 @@ class _Scanned(NamedTuple):
     denied: dict[str, str | None]  # artifacts found that the policy denies to the recipient -> the rule
     recipient: str
     purpose: str
+    passed: dict[int, frozenset[str]]  # leaf -> allowed artifacts (watched, or disclosed) found in it
 
 
 class LeakGuard:
@@ -77,7 +81,11 @@ class LeakGuard:
     returning the current one), applied at the LLM edge to the artifacts labelled here (:meth:`label`,
     :meth:`watch`); see :meth:`check`. ``on_stop(findings, recipient, purpose)`` is called each time
     :meth:`check` refuses or redacts a request, before it raises or returns (a Toolbox audits the stop
-    with it); an exception from it propagates, so the request is still not sent.
+    with it); an exception from it propagates, so the request is still not sent. ``on_pass(passes,
+    recipient, purpose)`` is called when :meth:`check` lets a request through that carries content of an
+    artifact it recognises and the policy allows there (a watched one, or text refvault showed the model):
+    ``passes`` holds ``(artifact_id, sha256_hex, byte_count)`` of each request part that carried it (a
+    Toolbox records them in the disclosure ledger); never the content.
     """
 
     def __init__(
@@ -91,6 +99,7 @@ class LeakGuard:
         piece_budget: int = 4 << 20,
         disclosure: PolicySource | None = None,
         on_stop: StopSink | None = None,
+        on_pass: PassSink | None = None,
     ) -> None:
         if isinstance(min_match, bool) or not isinstance(min_match, int):
             raise InvalidArgument("min_match must be an integer")
@@ -115,8 +124,11 @@ class LeakGuard:
             raise InvalidArgument("disclosure must be a refvault.policy.Policy, a callable returning one, or None")
         if on_stop is not None and not callable(on_stop):
             raise InvalidArgument("on_stop must be a callable (findings, recipient, purpose) or None")
+        if on_pass is not None and not callable(on_pass):
+            raise InvalidArgument("on_pass must be a callable (passes, recipient, purpose) or None")
         self.disclosure = disclosure
         self.on_stop = on_stop
+        self.on_pass = on_pass
         self.min_match = min_match
         self.size_threshold = size_threshold
         self.policy: Policy = policy
@@ -346,16 +358,31 @@ class LeakGuard:
             findings = self._findings(scanned, totals)
             if not findings:
                 self._remember(scanned.shorts)
-                return request
-            if self.policy == "raise":
+            elif self.policy == "raise":
                 self._log(findings)
                 self._stopped(findings, scanned)
                 raise ContextLeak(findings)
-            redacted, sent = self._redact(request, scanned, totals, findings)
-            self._remember(sent)
+            else:
+                redacted, sent = self._redact(request, scanned, totals, findings)
+                self._remember(sent)
+        if not findings:
+            self._passed(scanned)
+            return request
         self._log(findings)
         self._stopped(findings, scanned)
         return redacted
+
+    def _passed(self, scanned: _Scanned) -> None:
+        """Tell ``on_pass`` which request parts carried content of artifacts the policy allows there."""
+        if self.on_pass is None or not scanned.passed:
+            return
+        passes = []
+        for index, owners in sorted(scanned.passed.items()):
+            value = scanned.leaves[index].value
+            data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value or b"")
+            digest = hashlib.sha256(data).hexdigest()
+            passes += [(owner, digest, len(data)) for owner in sorted(owners)]
+        self.on_pass(passes, scanned.recipient, scanned.purpose)
 
     def _stopped(self, findings: Sequence[Finding], scanned: _Scanned) -> None:
         if self.on_stop is not None:
@@ -378,7 +405,7 @@ class LeakGuard:
         hits, _ = self._content(leaves, pieces=False)
         if not hits:
             return text, []
-        findings = self._findings(_Scanned(leaves, hits, [], {}, _UNKNOWN_MODEL, DEFAULT_PURPOSE), {})
+        findings = self._findings(_Scanned(leaves, hits, [], {}, _UNKNOWN_MODEL, DEFAULT_PURPOSE, {}), {})
         redacted = redact_leaf(hits[0], None)
         for _ in range(2):
             again, _ = self._content([Leaf("text", "text", redacted, None)], pieces=False)
@@ -398,6 +425,7 @@ class LeakGuard:
         walk(request, leaves.append, min_chars=self._min_chars, min_bytes=self._min_bytes)
         hits, shorts = self._content(leaves)
         denied: dict[str, str | None] = {}
+        passed: dict[int, frozenset[str]] = {}
         if hits or shorts:
             owners = {short.owner for short in shorts}
             for entry in hits.values():
@@ -406,9 +434,10 @@ class LeakGuard:
             with self._lock:
                 quiet = frozenset(owner for owner in owners if owner in self._watched and owner not in denied)
             if quiet or self._disclosed:
-                hits, shorts = self._without_disclosed(leaves, hits, shorts, quiet, denied)
+                hits, shorts, passed = self._without_disclosed(leaves, hits, shorts, quiet, denied)
         found = {(i, owner) for i, entry in hits.items() for owner, _ in entry.cover}
-        return _Scanned(leaves, hits, [s for s in shorts if (s.leaf, s.owner) not in found], denied, to, purpose)
+        kept = [s for s in shorts if (s.leaf, s.owner) not in found]
+        return _Scanned(leaves, hits, kept, denied, to, purpose, passed)
 
     def _denied(self, owners: set[str], recipient: str, purpose: str) -> dict[str, str | None]:
         """The artifacts of ``owners`` whose labels the disclosure policy denies to ``recipient``, and the rule."""
@@ -432,9 +461,10 @@ class LeakGuard:
         shorts: list[Short],
         quiet: frozenset[str],
         denied: Mapping[str, str | None],
-    ) -> tuple[dict[int, LeafHits], list[Short]]:
+    ) -> tuple[dict[int, LeafHits], list[Short], dict[int, frozenset[str]]]:
         """Hits and chains less those of artifacts a leaf shows because refvault disclosed it (exempt_disclosed)
-        and of watched artifacts the policy allows (``quiet``); never of one the policy denies (``denied``)."""
+        and of watched artifacts the policy allows (``quiet``); never of one the policy denies (``denied``).
+        Also which of those each leaf carried (what passes, for ``on_pass``)."""
         exempt: dict[int, frozenset[str]] = {}
         with self._lock:
             for i in {*hits, *(s.leaf for s in shorts)}:
@@ -444,7 +474,17 @@ class LeakGuard:
                 if passing:
                     exempt[i] = passing
         if not exempt:
-            return hits, shorts
+            return hits, shorts, {}
+        passed: dict[int, frozenset[str]] = {}
+        for i, entry in hits.items():
+            found = (
+                {key[0] for key in entry.cover} | {span[2] for span in entry.spans} | entry.whole | set(entry.pieces)
+            )
+            if found & exempt.get(i, frozenset()):
+                passed[i] = frozenset(found & exempt[i])
+        for short in shorts:
+            if short.owner in exempt.get(short.leaf, frozenset()):
+                passed[short.leaf] = passed.get(short.leaf, frozenset()) | {short.owner}
         kept: dict[int, LeafHits] = {}
         for i, entry in hits.items():
             owners = exempt.get(i)
@@ -456,7 +496,7 @@ class LeakGuard:
                 if not (entry.cover or entry.spans or entry.whole or entry.pieces):
                     continue
             kept[i] = entry
-        return kept, [s for s in shorts if s.owner not in exempt.get(s.leaf, frozenset())]
+        return kept, [s for s in shorts if s.owner not in exempt.get(s.leaf, frozenset())], passed
 
     def _content(self, leaves: Sequence[Leaf], *, pieces: bool = True) -> tuple[dict[int, LeafHits], list[Short]]:
         """Content-arm hits per leaf and (with ``pieces``) piece-arm chains, over every view and decoded run.

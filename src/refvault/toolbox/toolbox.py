@@ -87,6 +87,7 @@ if TYPE_CHECKING:
     from refvault.contract import VaultContract
     from refvault.guard.contract import Guard
     from refvault.guard.findings import Finding
+    from refvault.vault.core import Vault
 
 __all__ = ["Artifact", "Observation", "ToolContext", "ToolEvent", "Toolbox"]
 
@@ -175,7 +176,9 @@ class Toolbox:
                 if self._guard is DEFAULT:
                     from refvault.guard import LeakGuard
 
-                    self._guard = LeakGuard(disclosure=self._disclosure_policy, on_stop=self._audit_stop)
+                    self._guard = LeakGuard(
+                        disclosure=self._disclosure_policy, on_stop=self._audit_stop, on_pass=self._ledger_pass
+                    )
         return self._guard
 
     def _disclosure_policy(self) -> Policy | None:
@@ -195,15 +198,43 @@ class Toolbox:
             self._policy_cache = (scope.tenant, now, policy)
         return policy
 
-    def _audit_stop(self, findings: Sequence[Finding], recipient: str, purpose: str) -> None:
-        """Audit a request the default guard stopped (``guard_stop``, one entry per artifact it named), in the
-        scope of the latest call, when the vault keeps the audit here (an embedded one)."""
+    def _audit_here(self) -> tuple[Scope, Vault] | None:
+        """The scope of the latest call and the vault that keeps the audit here (an embedded one), if both."""
         with self._lock:
             scope = self._served
         embedded = getattr(self.vault, "embedded_vault", None)
         if scope is None or not callable(embedded):
+            return None
+        return scope, embedded()
+
+    def _ledger_pass(self, passes: Sequence[tuple[str, str, int]], recipient: str, purpose: str) -> None:
+        """Record in the disclosure ledger each model request the default guard let through carrying content
+        of an artifact it watches or that refvault showed the model (``guard_pass``: the SHA-256 and size of
+        the request part that carried it)."""
+        here = self._audit_here()
+        if here is None:
             return
-        vault = embedded()
+        scope, vault = here
+        for artifact_id, digest, size in passes:
+            vault.audit_event(
+                "guard_pass",
+                scope,
+                artifact_id,
+                outcome="ok",
+                recipient=recipient,
+                purpose=purpose,
+                excerpt_hash=digest,
+                bytes=size,
+                selection="a part of a model request",
+            )
+
+    def _audit_stop(self, findings: Sequence[Finding], recipient: str, purpose: str) -> None:
+        """Audit a request the default guard stopped (``guard_stop``, one entry per artifact it named), in the
+        scope of the latest call, when the vault keeps the audit here (an embedded one)."""
+        here = self._audit_here()
+        if here is None:
+            return
+        scope, vault = here
         for finding in findings:
             vault.audit_event(
                 "guard_stop",

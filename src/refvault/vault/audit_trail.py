@@ -224,8 +224,10 @@ def read_entries(
             found.append(entry)
         elif entry.user == scope.user and entry.session == scope.session:
             found.append(_as_absent(entry))
-            if len(found) >= limit:
-                break
+        else:
+            continue
+        if len(found) >= limit:
+            break
     rows.close()
     return found
 

@@ -114,7 +114,7 @@ def _checked_range(byte_range: object) -> tuple[int, int] | None:
 
 def _checked_ttl(expires_in: object) -> timedelta:
     if not isinstance(expires_in, timedelta) or not timedelta(seconds=1) <= expires_in <= MAX_LINK_TTL:
-        raise InvalidArgument("expires_in must be a timedelta from 1 second to 24 hours")
+        raise InvalidArgument("a link's lifetime (expires_in) must be from 1 second to 24 hours")
     return expires_in
 
 
