@@ -117,3 +117,14 @@ def test_a_model_request_the_guard_lets_through_with_a_selection_is_in_the_ledge
     assert passed.bytes == len(shown.content.encode())
     box.guard.check(_request("private", "nothing of it here, just a question about the weather today"))
     assert len([d for d in memory_vault.disclosures(SCOPE, pii) if d.action == "guard_pass"]) == 1
+
+
+def test_history_re_sent_each_turn_is_ledgered_once(memory_vault: Vault, pii: str) -> None:
+    box = Toolbox(memory_vault, model="private")
+    shown = box.call_sync("read_artifact", {"artifact_id": pii}, scope=SCOPE)
+    assert box.guard is not None
+    for turn in range(4):
+        request = _request("private", shown.content)
+        request["messages"] += [{"role": "user", "content": f"question number {n} about it"} for n in range(turn)]  # type: ignore[operator]
+        box.guard.check(request)
+    assert len([d for d in memory_vault.disclosures(SCOPE, pii) if d.action == "guard_pass"]) == 1

@@ -352,3 +352,29 @@ def test_what_a_tool_reads_or_puts_through_its_context_carries_the_labels(memory
     copy_id = memory_vault.read_bytes(SCOPE, _captured(copied)).decode()  # the tool's (tainted) answer
     assert memory_vault.describe(SCOPE, copy_id).labels == {"pii"}
     assert memory_vault.describe(SCOPE, copy_id).derived_from == (source.artifact_id,)
+
+
+def test_a_policy_keeping_a_label_from_tools_does_not_let_a_context_read_drop_it(memory_vault: Vault) -> None:
+    source = memory_vault.put(SCOPE, RECORD, media_type="text/csv", labels={"pii"})
+    memory_vault.set_policy(
+        SCOPE.tenant, Policy([Rule(id="pii-not-to-tools-or-models", labels={"pii"}, recipients=["tool:*", "model:*"])])
+    )
+    box = Toolbox(memory_vault)
+
+    @box.tool
+    def as_user(doc_id: str, ctx: ToolContext) -> str:
+        """Read by id with the vault's default recipient."""
+        return ctx.vault.read_bytes(ctx.scope, doc_id).decode()
+
+    @box.tool
+    def unlabel(doc_id: str, ctx: ToolContext) -> str:
+        """Try to remove the label."""
+        ctx.vault.declassify(ctx.scope, doc_id, remove={"pii"}, reason="tool says so")
+        return "done"
+
+    observation = box.call_sync("as_user", {"doc_id": source.artifact_id}, scope=SCOPE)
+    assert CANARY not in observation.content
+    assert memory_vault.describe(SCOPE, _captured(observation)).labels == {"pii"}
+    refused = box.call_sync("unlabel", {"doc_id": source.artifact_id}, scope=SCOPE)
+    assert refused.is_error
+    assert memory_vault.describe(SCOPE, source.artifact_id).labels == {"pii"}

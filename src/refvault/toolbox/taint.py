@@ -27,8 +27,9 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from refvault.errors import RefvaultError
+from refvault.errors import Forbidden
 from refvault.model import LABEL_MEANINGS, Scope, check_labels
+from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
@@ -146,6 +147,8 @@ class ContextReads:
         value = getattr(self._vault, name)
         if name == "put":
             return self._put
+        if name == "declassify":
+            raise Forbidden("a tool cannot remove a label: only the artifact's owner declassifies, outside a tool call")
         if name not in _TRACKED:
             return value
 
@@ -153,20 +156,22 @@ class ContextReads:
             result = value(*args, **kwargs)
             scope = args[0] if args else kwargs.get("scope")
             artifact_id = args[1] if len(args) > 1 else kwargs.get("artifact_id")
+            request = args[2] if len(args) > 2 else kwargs.get("request")  # read_selection's request type
+            purpose = kwargs.get("purpose") or getattr(request, "purpose", None) or DEFAULT_PURPOSE
+            recipient = kwargs.get("recipient") or getattr(request, "recipient", None) or DEFAULT_RECIPIENT
             if isinstance(scope, Scope) and isinstance(artifact_id, str):
-                self._note(scope, artifact_id)
+                self._note(scope, artifact_id, purpose, recipient)
             return result
 
         return read
 
-    def _note(self, scope: Scope, artifact_id: str) -> None:
+    def _note(self, scope: Scope, artifact_id: str, purpose: str, recipient: str) -> None:
+        """Note the labels of an artifact just read, looked up for the same reader as the read (so a policy that
+        allowed the read allows the lookup). A lookup that fails now fails the call: no label is dropped."""
         with self._lock:
             if artifact_id in self.read:
                 return
-        try:
-            found = self._vault.describe(scope, artifact_id, purpose=self._purpose, recipient=self._recipient)
-        except RefvaultError:  # the read itself succeeded; a lookup that fails now adds nothing it could name
-            return
+        found = self._vault.describe(scope, artifact_id, purpose=purpose, recipient=recipient)
         with self._lock:
             self.read[found.artifact_id] = found.labels
 

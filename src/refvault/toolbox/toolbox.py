@@ -155,6 +155,7 @@ class Toolbox:
         self._guard = guard
         self._served: Scope | None = None  # the scope of the latest call: whose tenant's policy the guard asks
         self._policy_cache: tuple[str, float, Policy | None] | None = None
+        self._ledgered: OrderedDict[tuple[Scope, str, str, str, str], None] = OrderedDict()  # guard passes recorded
         self._protected: OrderedDict[str, None] = OrderedDict()  # ids protected whole (bounded)
         self._tools: dict[str, Tool] = {}
         self._sinks: list[Callable[[ToolEvent], None]] = []
@@ -216,6 +217,14 @@ class Toolbox:
             return
         scope, vault = here
         for artifact_id, digest, size in passes:
+            seen = (scope, artifact_id, digest, recipient, purpose)
+            with self._lock:  # a conversation re-sends its history: each part is recorded once
+                if seen in self._ledgered:
+                    self._ledgered.move_to_end(seen)
+                    continue
+                self._ledgered[seen] = None
+                while len(self._ledgered) > MAX_PROTECTED_IDS:
+                    self._ledgered.popitem(last=False)
             vault.audit_event(
                 "guard_pass",
                 scope,
@@ -235,7 +244,10 @@ class Toolbox:
         if here is None:
             return
         scope, vault = here
-        for finding in findings:
+        named: dict[str | None, Finding] = {}
+        for finding in findings:  # one entry per artifact (the size arm names none)
+            named.setdefault(finding.artifact_id, finding)
+        for finding in named.values():
             vault.audit_event(
                 "guard_stop",
                 scope,
