@@ -50,6 +50,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/load.py
 	$(BIN)/python bench/audit.py
 	$(BIN)/python bench/cli.py
+	$(BIN)/python bench/redaction.py
+	$(BIN)/python bench/lineage.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from refvault.errors import InvalidArgument
@@ -120,7 +122,7 @@ def test_an_integer_version_is_kept_as_text() -> None:
         ('[[rules]]\nid = "a"\naction = "deny"\nrecipients = ["model x"]\n', r"rules\[0\].*recipient pattern"),
         ('[[rules]]\nid = "has space"\naction = "deny"\n', r"rules\[0\].*rule id"),
         ('rules = "x"\n', "list of tables"),
-        ("extra = 1\n", "only two keys"),
+        ("extra = 1\n", "has the keys version, rules"),
         ("version = \n", "valid TOML.*line 1"),
     ],
 )
@@ -188,3 +190,34 @@ def test_well_formed_recipients_pass(value: str) -> None:
 def test_malformed_recipients_are_refused(value: object) -> None:
     with pytest.raises(InvalidArgument, match="a recipient is"):
         check_recipient(value)
+
+
+def test_retention_and_quotas_round_trip_through_toml_and_json() -> None:
+    from refvault.policy import Quotas, Retention
+
+    policy = Policy(
+        rules=(Rule(id="r", labels=frozenset({"pii"}), action="redact", redactor="pii.v1"),),
+        version="7",
+        retention=(Retention("pii", 86400), Retention("secret", 3600)),
+        quotas=Quotas(tenant_bytes=10_000, session_bytes=1_000),
+    )
+    assert Policy.from_toml(policy.to_toml()) == policy
+    assert Policy.from_json(policy.to_json()) == policy
+    assert policy.max_age({"pii", "secret"}) == (3600, "secret")
+    assert policy.max_age({"other"}) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[retention]]\nlabel = "pii"\nmax_age = 0\n', "retention[0]: a retention's max_age"),
+        ('[[retention]]\nlabel = "pii"\n', "retention[0] is a table with exactly label and max_age"),
+        ("[quotas]\ntenant_bytes = -1\n", "quotas.tenant_bytes is a whole number"),
+        ("[quotas]\nother = 1\n", "quotas is a table with tenant_bytes and/or session_bytes"),
+        ('[[rules]]\nid = "a"\naction = "deny"\nredactor = "pii.v1"\n', "redactor is for a 'redact' rule only"),
+        ('[[rules]]\nid = "a"\naction = "redact"\nredactor = "names.v9"\n', "one of pii.v1, secrets.v1"),
+    ],
+)
+def test_bad_retention_quotas_and_redactors_are_refused_by_name(text: str, message: str) -> None:
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        Policy.from_toml(text)

@@ -69,6 +69,13 @@ _EXPORTS = {
     "StorageError": "refvault.errors",
     "Unauthenticated": "refvault.errors",
     "Forbidden": "refvault.errors",
+    "Held": "refvault.errors",
+    "QuotaExceeded": "refvault.errors",
+    "DeletionReport": "refvault.copies",
+    "Hold": "refvault.copies",
+    "LineageGraph": "refvault.copies",
+    "LineageNode": "refvault.copies",
+    "Receipt": "refvault.copies",
 }
 
 __all__ = [
@@ -85,10 +92,13 @@ __all__ = [
     "AuditReport",
     "BadRef",
     "Client",
+    "DeletionReport",
     "Descriptor",
     "DisclosureEntry",
     "Expired",
     "GcReport",
+    "Held",
+    "Hold",
     "IdempotencyConflict",
     "IntegrityError",
     "InvalidArgument",
@@ -97,8 +107,12 @@ __all__ = [
     "InvalidMetadata",
     "InvalidQuery",
     "InvalidScope",
+    "LineageGraph",
+    "LineageNode",
     "NotFound",
     "Observation",
+    "QuotaExceeded",
+    "Receipt",
     "Grant",
     "GrantNotFound",
     "Principal",
@@ -125,6 +139,7 @@ if TYPE_CHECKING:
     from refvault import errors, evidence, read
     from refvault.catalog.audit_log import AuditEntry, AuditReport, DisclosureEntry
     from refvault.client import Client
+    from refvault.copies import DeletionReport, Hold, LineageGraph, LineageNode, Receipt
     from refvault.errors import (
         BadRef,
         ContextLeak,
@@ -132,6 +147,7 @@ if TYPE_CHECKING:
         Expired,
         Forbidden,
         GrantNotFound,
+        Held,
         IdempotencyConflict,
         IntegrityError,
         InvalidArgument,
@@ -143,6 +159,7 @@ if TYPE_CHECKING:
         InvalidScope,
         MaterializationError,
         NotFound,
+        QuotaExceeded,
         RefvaultError,
         SealedArtifact,
         StorageError,

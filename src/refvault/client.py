@@ -4,7 +4,11 @@
 taking the scope first (``put``, ``describe``, ``read_bytes``, ``read_range``,
 ``stream``, ``list``, ``delete``), plus the selective reads of
 :mod:`refvault.read` as methods (``window``, ``grep``, ``query``, ``derive``)
-and ``verify_artifact``. It is the vault contract
+and ``verify_artifact``; links, grants, audit and policy calls come from
+:mod:`refvault.client_authority`, and the derived-copy calls (``redact``,
+``receipt``, ``lineage``, ``lineage_status``, ``supersede``,
+``revoke_artifact``, ``refresh``, ``hold``, ``release``, ``holds``,
+``replay_status``) from :mod:`refvault.client_copies`. It is the vault contract
 (:class:`refvault.contract.VaultContract`) over HTTP: its ``read_selection``
 sends the request types of :mod:`refvault.operations` to the server, so
 ``refvault.read.window/grep/query/derive`` and a :class:`~refvault.Toolbox`
@@ -51,6 +55,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from refvault.client_authority import AuthorityCalls
+from refvault.client_copies import CopyCalls
 from refvault.client_wire import (
     ClientStream,
 )
@@ -85,6 +90,7 @@ from refvault.client_wire import (
     upload as _upload,
 )
 from refvault.contract import LocalRead, VaultContract
+from refvault.copies import DeletionReport
 from refvault.errors import (
     IntegrityError,
     InvalidArgument,
@@ -128,7 +134,7 @@ MAX_PROBLEM_BYTES = 64 * 1024  # of an error answer read at most; a longer one i
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 
-class Client(AuthorityCalls):
+class Client(AuthorityCalls, CopyCalls):
     """The vault API of a remote ``refvault serve``; thread-safe (one connection pool, shared by threads).
 
     ``url`` is the server's base URL (``http://127.0.0.1:8765``); ``api_key`` a
@@ -300,6 +306,8 @@ class Client(AuthorityCalls):
             metadata["labels"] = sorted(capture.recorded_labels())
         if capture.recorded_derived_from():
             metadata["derived_from"] = list(capture.recorded_derived_from())
+        if capture.supersedes is not None:
+            metadata["supersedes"] = capture.supersedes
         headers = self._headers(scope, {"Content-Type": metadata["media_type"]})
         headers["Refvault-Metadata"] = json.dumps({k: v for k, v in metadata.items() if v is not None})
         if capture.idempotency_key is not None:
@@ -437,9 +445,14 @@ class Client(AuthorityCalls):
             offset = following
         return found
 
-    def delete(self, scope: Scope, artifact_id: str) -> None:
-        """Remove the artifact's manifest (its bytes go at the server's next ``gc`` if unreferenced)."""
-        self._call("DELETE", self._path(artifact_id), scope, artifact_id)
+    def delete(self, scope: Scope, artifact_id: str, *, cascade: bool = False) -> DeletionReport:
+        """:meth:`Vault.delete <refvault.Vault.delete>` over HTTP: the artifact (with ``cascade``, its copies the
+        caller owns too) and the server's report of what went, what stayed and why."""
+        params = {"cascade": "true"} if cascade else None
+        response = self._call("DELETE", self._path(artifact_id), scope, artifact_id, params=params)
+        if response.status_code == 204:  # a server from before deletion reports
+            return DeletionReport(root=artifact_id)
+        return DeletionReport.from_dict(self._json(response))
 
     def declassify(self, scope: Scope, artifact_id: str, *, remove: Iterable[str], reason: str) -> Descriptor:
         """Remove labels from an artifact the caller owns (``POST /v1/artifacts/{id}/declassify``); its new descriptor.

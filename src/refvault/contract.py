@@ -26,6 +26,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, Unpack, runtime_checkable
 
+from refvault.copies import DeletionReport
 from refvault.model import Descriptor, Scope
 from refvault.operations import CaptureOptions, Selection
 
@@ -126,8 +127,9 @@ class VaultContract(Protocol):
         """Unexpired artifacts of ``scope``, newest first (without those the policy refuses this purpose/recipient)."""
         ...
 
-    def delete(self, scope: Scope, artifact_id: str) -> None:
-        """Remove the artifact's manifest."""
+    def delete(self, scope: Scope, artifact_id: str, *, cascade: bool = False) -> DeletionReport:
+        """Remove the artifact (with ``cascade``, every copy derived from it that ``scope`` owns): what went,
+        what stayed and why, and what no deletion can take back (:class:`refvault.copies.DeletionReport`)."""
         ...
 
     def verify_artifact(

@@ -35,6 +35,8 @@ caller owns is identical to the message about an artifact that does not exist.
     ├── Unauthenticated                  no valid API key (missing, malformed, unknown, revoked: one message)
     ├── Forbidden                        the key is valid but may not act in the requested tenant/user/session
     │   └── PolicyDenied                 the tenant's policy refuses the owner this read (names the rule id)
+    ├── QuotaExceeded                    a put would go over the tenant's or session's byte quota; nothing stored
+    ├── Held                             the artifact is under a hold: release it before deleting it
     ├── TooManyRequests                  the key or its tenant already has as many uploads in progress as allowed
     └── RequestTimeout                   the client stopped sending its request body; nothing was stored
 """
@@ -72,6 +74,8 @@ __all__ = [
     "Unauthenticated",
     "Forbidden",
     "PolicyDenied",
+    "QuotaExceeded",
+    "Held",
     "TooManyRequests",
     "RequestTimeout",
 ]
@@ -323,6 +327,14 @@ class PolicyDenied(Forbidden):
             f"artifact {shown_id(artifact_id)} may not be read for this purpose and recipient: "
             f"policy rule {rule_id!r} denies it"
         )
+
+
+class QuotaExceeded(RefvaultError):
+    """A put would take its tenant or session over the byte quota of the tenant's policy; nothing was stored."""
+
+
+class Held(RefvaultError):
+    """The artifact is under a hold (``Vault.hold``): it cannot be deleted or expire until every hold is released."""
 
 
 class TooManyRequests(RefvaultError):

@@ -40,7 +40,11 @@ state only. Invariants (tested in ``tests/evidence/test_gate.py``):
   ``created_at``; one stated but unreadable, e.g. without a UTC offset, has no
   establishable age and is ``too_old`` too; an observation after ``at`` is
   ``observed_after_evaluation``); it is not past its retention deadline
-  (``expired``: retention is not freshness, so both are checked).
+  (``expired``: retention is not freshness, so both are checked); its lineage status
+  (``retrieval.lineage.status``, which a vault's ``describe`` gives a copy or a marked artifact)
+  is not ``stale`` (``stale_evidence``: it or a source was superseded) or ``revoked``
+  (``revoked_evidence``: it or a source was revoked, deleted or expired) unless the requirement
+  allows it (``allow_stale``, ``allow_revoked``).
 * **The read it rests on.** A read response must belong to exactly this
   artifact and bytes (``identity_mismatch`` otherwise: a second capture under
   the same filename is a different artifact); its scan must be complete
@@ -93,6 +97,8 @@ REASONS = (
     "cached_preview",
     "integrity_failure",
     "unavailable",
+    "stale_evidence",
+    "revoked_evidence",
 )
 
 
@@ -105,13 +111,18 @@ class Requirement:
     (all of them required), except ``start_inclusive``/``end_exclusive``, a time
     window (ISO 8601 strings or aware datetimes) the capture's window must
     contain. ``max_age``: the oldest observation the decision accepts.
-    ``require_complete``: the capture must say ``complete``.
+    ``require_complete``: the capture must say ``complete``. ``allow_stale`` / ``allow_revoked``: the
+    decision accepts evidence whose lineage status (``retrieval.lineage.status``: the artifact or one it
+    was derived from was superseded / revoked, deleted or expired) is ``stale`` / ``revoked``; by
+    default it does not.
     """
 
     source: str
     coverage: Mapping[str, Any] = field(default_factory=dict)
     max_age: timedelta = timedelta(hours=1)
     require_complete: bool = True
+    allow_stale: bool = False
+    allow_revoked: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, str) or not self.source:
@@ -136,6 +147,8 @@ class Requirement:
             "coverage": {key: _jsonable(value) for key, value in self.coverage.items()},
             "max_age_seconds": self.max_age.total_seconds(),
             "require_complete": self.require_complete,
+            "allow_stale": self.allow_stale,
+            "allow_revoked": self.allow_revoked,
         }
 
 
@@ -266,6 +279,21 @@ def _applicability(requirement: Requirement, descriptor: Descriptor, at: datetim
         )
     if descriptor.expires_at is not None and descriptor.expires_at <= at:
         yield Reason("expired", f"artifact {artifact} expired at {format_time(descriptor.expires_at)}")
+    lineage = descriptor.retrieval.get("lineage")
+    status = lineage.get("status") if isinstance(lineage, Mapping) else None
+    if status == "stale" and not requirement.allow_stale:
+        newer = lineage.get("superseded_by") if isinstance(lineage, Mapping) else None
+        by = f" by {_shown(newer)}" if isinstance(newer, str) else " (or an artifact it derives from was)"
+        yield Reason(
+            "stale_evidence",
+            f"artifact {artifact} was superseded{by}; the decision does not accept stale evidence",
+        )
+    elif status == "revoked" and not requirement.allow_revoked:
+        yield Reason(
+            "revoked_evidence",
+            f"artifact {artifact} (or an artifact it derives from) was revoked, deleted or expired; "
+            "the decision does not accept revoked evidence",
+        )
 
 
 def _read_reasons(requirement: Requirement, descriptor: Descriptor, read: Mapping[str, Any]) -> Iterable[Reason]:

@@ -31,6 +31,7 @@ __all__ = [
     "MAX_IN",
     "MAX_LEAVES",
     "MAX_LIMIT",
+    "MAX_LINEAGE_NODES",
     "MAX_LIST_PAGE",
     "MAX_LIST_SUMMARY",
     "MAX_LOAD_IDS",
@@ -40,6 +41,8 @@ __all__ = [
     "MAX_PATTERN",
     "MAX_PREVIEW_CHARS",
     "MAX_QUERY_SECONDS",
+    "MAX_REDACT_BYTES",
+    "MAX_REPLAY_IDS",
     "MAX_SECONDS",
     "MIN_PREVIEW_CHARS",
     "SUMMARY_LIMIT",
@@ -85,3 +88,8 @@ DEFAULT_OFFLOAD_TOKENS = 20_000  # a tool result estimated above this many token
 DEFAULT_PREVIEW_CHARS = 4_000  # characters of the preview an offloaded result is replaced by
 MIN_PREVIEW_CHARS = 256
 MAX_PREVIEW_CHARS = 200_000
+
+# -- derived copies (refvault.vault.copies) ---------------------------------------------------
+MAX_REDACT_BYTES = 256 * 1024 * 1024  # the largest artifact a redaction reads (it is held whole while redacted)
+MAX_LINEAGE_NODES = 100_000  # the most nodes one lineage walk or cascade visits
+MAX_REPLAY_IDS = 1000  # ids one replay_status call checks

@@ -29,17 +29,18 @@ __all__ = [
     "Descriptor",
     "Disclosure",
     "Grant",
-    "Principal",
-    "Scope",
     "LABEL_MEANINGS",
     "MAX_DERIVED_FROM",
     "MAX_LABELS",
+    "Principal",
+    "Scope",
     "canonical_media_type",
     "check_derived_from",
     "check_labels",
     "format_time",
     "parse_time",
     "pick",
+    "thaw",
 ]
 
 Disclosure = Literal["model", "sealed"]
@@ -188,11 +189,12 @@ def _freeze(value: Any) -> Any:
     return value
 
 
-def _thaw(value: Any) -> Any:
+def thaw(value: Any) -> Any:
+    """A frozen value (read-only mappings, tuples) as plain JSON-able data (dicts, lists)."""
     if isinstance(value, Mapping):
-        return {k: _thaw(v) for k, v in value.items()}
+        return {k: thaw(v) for k, v in value.items()}
     if isinstance(value, tuple):
-        return [_thaw(v) for v in value]
+        return [thaw(v) for v in value]
     return value
 
 
@@ -281,11 +283,11 @@ class Descriptor:
             "tool_call_id": self.tool_call_id,
             "schema_version": self.schema_version,
             "created_at": format_time(self.created_at),
-            "source_version": _thaw(self.source_version),
-            "completeness": _thaw(self.completeness),
-            "scope": _thaw(self.scope),
+            "source_version": thaw(self.source_version),
+            "completeness": thaw(self.completeness),
+            "scope": thaw(self.scope),
             "expires_at": None if self.expires_at is None else format_time(self.expires_at),
-            "retrieval": _thaw(self.retrieval),
+            "retrieval": thaw(self.retrieval),
         }
 
     @classmethod

@@ -31,7 +31,8 @@ from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeGuard, TypeVar
 
 from refvault import limits
-from refvault.errors import InvalidArgument, InvalidQuery, InvalidType
+from refvault.errors import InvalidArgument, InvalidMetadata, InvalidQuery, InvalidType
+from refvault.ids import is_artifact_id
 from refvault.model import (
     Disclosure,
     canonical_media_type,
@@ -98,6 +99,7 @@ class CaptureOptions(TypedDict, total=False):
     created_at: datetime | None
     labels: Iterable[str] | None
     derived_from: Sequence[str] | None
+    supersedes: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +113,8 @@ class CaptureMetadata:
     sends them for the server to do so. ``source_version`` and ``completeness``
     stay None when not given (a vault records ``{}`` and an ``unknown`` status).
     ``labels`` (:func:`refvault.model.check_labels`) become a frozenset and
-    ``derived_from`` (:func:`refvault.model.check_derived_from`) a tuple of ids.
+    ``derived_from`` (:func:`refvault.model.check_derived_from`) a tuple of ids. ``supersedes`` names an
+    artifact of the same scope this capture replaces (marked superseded once the put commits).
     """
 
     media_type: str = "application/octet-stream"
@@ -127,8 +130,11 @@ class CaptureMetadata:
     created_at: datetime | None = None
     labels: Iterable[str] | None = None
     derived_from: Sequence[str] | None = None
+    supersedes: str | None = None
 
     def __post_init__(self) -> None:
+        if self.supersedes is not None and not is_artifact_id(self.supersedes):
+            raise InvalidMetadata("supersedes must be an artifact id (art_ and 26 base32 characters)")
         checked: dict[str, Any] = {
             "labels": check_labels(self.labels),
             "derived_from": check_derived_from(self.derived_from),

@@ -17,9 +17,16 @@ the bytes go to: ``"user"``, ``"export"``, ``"model:<name>"`` or ``"tool:<name>"
 
 * The **first** matching rule decides, with its ``action``; no match allows. So with no
   policy, or an empty one, every read is allowed.
-* ``allow`` serves the bytes; ``deny`` refuses them; ``redact`` would serve a redaction
-  derivative, which does not exist yet: until it does, ``redact`` refuses like ``deny``
-  (:attr:`Decision.allowed` is False for both).
+* ``allow`` serves the bytes; ``deny`` refuses them; ``redact`` serves a redaction
+  derivative instead (:meth:`refvault.Vault.redact`, made once and reused) with the rule's
+  ``redactor`` (default: ``secrets.v1`` for an artifact labelled ``secret``, else ``pii.v1``);
+  the derivative's own labels are then decided again, and anything but ``allow`` refuses.
+  :attr:`Decision.allowed` is True for ``allow`` only.
+
+A policy also holds the tenant's **retention** rules (:class:`Retention`: the longest an
+artifact carrying a label is kept; ``gc`` removes it after that unless it is held) and its
+byte **quotas** (:class:`Quotas`: per tenant and per session; a put that would go over is
+refused and stores nothing).
 
 The vault stores one policy per tenant (``Vault.set_policy``) and applies it at the one
 place a read is authorised (:mod:`refvault.vault.authority`); the guard applies the same
@@ -54,6 +61,8 @@ __all__ = [
     "Action",
     "Decision",
     "Policy",
+    "Quotas",
+    "Retention",
     "Rule",
     "check_purpose",
     "check_recipient",
@@ -108,10 +117,12 @@ class Decision:
 
     action: Action
     rule_id: str | None = None
+    redactor: str | None = None
+    """For ``redact``: the redactor the rule names (None: chosen by the artifact's labels)."""
 
     @property
     def allowed(self) -> bool:
-        """Whether the bytes may be served now (``redact`` refuses until redaction derivatives exist)."""
+        """Whether the bytes themselves may be served (``redact`` serves a derivative instead, ``deny`` nothing)."""
         return self.action == "allow"
 
 
@@ -159,6 +170,8 @@ class Rule:
     purposes: frozenset[str] | None = None
     recipients: tuple[str, ...] | None = None
     action: Action = "deny"
+    redactor: str | None = None
+    """``pii.v1`` or ``secrets.v1``, for a ``redact`` rule only (None: chosen by the artifact's labels)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, str) or _RULE_ID.fullmatch(self.id) is None:
@@ -167,6 +180,10 @@ class Rule:
             )
         if self.action not in ACTIONS:
             raise InvalidArgument(f"rule {self.id!r}: action must be one of 'allow', 'deny', 'redact'")
+        if self.redactor is not None and (self.action != "redact" or self.redactor not in REDACTOR_NAMES):
+            raise InvalidArgument(
+                f"rule {self.id!r}: redactor is for a 'redact' rule only, and is one of {', '.join(REDACTOR_NAMES)}"
+            )
         try:
             object.__setattr__(self, "labels", _names("labels", self.labels, _check_label_name))
             object.__setattr__(self, "purposes", _names("purposes", self.purposes, check_purpose))
@@ -201,10 +218,60 @@ class Rule:
         if self.recipients is not None:
             out["recipients"] = list(self.recipients)
         out["action"] = self.action
+        if self.redactor is not None:
+            out["redactor"] = self.redactor
         return out
 
 
-_RULE_KEYS = frozenset(("id", "labels", "purposes", "recipients", "action"))
+_RULE_KEYS = frozenset(("id", "labels", "purposes", "recipients", "action", "redactor"))
+REDACTOR_NAMES = ("pii.v1", "secrets.v1")
+"""The built-in redactors (:mod:`refvault.content.redactors`)."""
+MAX_AGE = 100 * 365 * 86400
+"""The longest retention a rule may state: 100 years, in seconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Keep an artifact carrying ``label`` at most ``max_age`` seconds (1 s to 100 years) after its capture.
+
+    ``gc`` removes it after that (unless a hold is on it), marked ``expired`` by ``retention:<label>``.
+    """
+
+    label: str
+    max_age: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label", _check_label_name(self.label))
+        age: object = self.max_age
+        if isinstance(age, bool) or not isinstance(age, int) or not 1 <= age <= MAX_AGE:
+            raise InvalidArgument("a retention's max_age is a whole number of seconds from 1 to 100 years")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "max_age": self.max_age}
+
+
+@dataclass(frozen=True, slots=True)
+class Quotas:
+    """The most bytes of artifacts a tenant, and one session of it, may hold (None: no limit).
+
+    Each artifact counts its full size, deduplicated bytes included: the quota is on what was captured.
+    """
+
+    tenant_bytes: int | None = None
+    session_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("tenant_bytes", "session_bytes"):
+            value: object = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise InvalidArgument(f"quotas.{name} is a whole number of bytes (0 or more)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            k: v
+            for k, v in (("tenant_bytes", self.tenant_bytes), ("session_bytes", self.session_bytes))
+            if v is not None
+        }
 
 
 def _rule_from(index: int, data: object) -> Rule:
@@ -224,6 +291,7 @@ def _rule_from(index: int, data: object) -> Rule:
             purposes=data.get("purposes"),
             recipients=data.get("recipients"),
             action=data["action"],
+            redactor=data.get("redactor"),
         )
     except InvalidArgument as exc:
         raise InvalidArgument(f"{where}: {exc}") from None
@@ -240,6 +308,8 @@ class Policy:
 
     rules: tuple[Rule, ...] = field(default_factory=tuple)
     version: str = "1"
+    retention: tuple[Retention, ...] = field(default_factory=tuple)
+    quotas: Quotas | None = None
 
     def __post_init__(self) -> None:
         version: object = self.version
@@ -261,6 +331,20 @@ class Policy:
                 raise InvalidArgument(f"rules[{index}]: id {rule.id!r} is already used by rules[{seen[rule.id]}]")
             seen[rule.id] = index
         object.__setattr__(self, "rules", tuple(rules))
+        retention: object = self.retention
+        if isinstance(retention, str | bytes) or not isinstance(retention, Sequence):
+            raise InvalidArgument("retention must be a list of Retention values")
+        if not all(isinstance(r, Retention) for r in retention) or len(retention) > MAX_RULES:
+            raise InvalidArgument(f"retention holds at most {MAX_RULES} Retention values")
+        object.__setattr__(self, "retention", tuple(retention))
+        if self.quotas is not None and not isinstance(self.quotas, Quotas):
+            raise InvalidArgument("quotas must be a Quotas value")
+
+    def max_age(self, labels: Iterable[str]) -> tuple[int, str] | None:
+        """The shortest retention among ``labels`` (seconds, the label), None if no rule covers any."""
+        held = set(labels)
+        found = [(r.max_age, r.label) for r in self.retention if r.label in held]
+        return min(found) if found else None
 
     # -- deciding ------------------------------------------------------------------------------
 
@@ -271,8 +355,13 @@ class Policy:
     # -- as data -------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"version": ..., "rules": [...]}`` (see :meth:`Rule.to_dict`)."""
-        return {"version": self.version, "rules": [rule.to_dict() for rule in self.rules]}
+        """``{"version": ..., "rules": [...]}`` (see :meth:`Rule.to_dict`), with ``retention`` and ``quotas`` if set."""
+        out: dict[str, Any] = {"version": self.version, "rules": [rule.to_dict() for rule in self.rules]}
+        if self.retention:
+            out["retention"] = [r.to_dict() for r in self.retention]
+        if self.quotas is not None:
+            out["quotas"] = self.quotas.to_dict()
+        return out
 
     def to_json(self) -> str:
         """Canonical JSON: sorted keys, no spaces; equal policies give equal text."""
@@ -283,16 +372,35 @@ class Policy:
         """A policy from ``{"version": ..., "rules": [{"id", "labels"?, "purposes"?, "recipients"?, "action"}]}``."""
         if not isinstance(data, Mapping):
             raise InvalidArgument("a policy must be a table (an object) with version and rules")
-        unknown = [k for k in data if k not in ("version", "rules")]
+        unknown = [k for k in data if k not in ("version", "rules", "retention", "quotas")]
         if unknown:
-            raise InvalidArgument("a policy has only two keys: version and rules (each rule is a [[rules]] table)")
+            raise InvalidArgument(
+                "a policy has the keys version, rules (each a [[rules]] table), retention ([[retention]]) and quotas"
+            )
         raw_rules = data.get("rules", [])
         if isinstance(raw_rules, str | bytes) or not isinstance(raw_rules, Sequence):
             raise InvalidArgument("rules must be a list of tables ([[rules]] in TOML)")
         if len(raw_rules) > MAX_RULES:
             raise InvalidArgument(f"a policy holds at most {MAX_RULES} rules")
         rules = tuple(_rule_from(i, r) for i, r in enumerate(raw_rules))
-        return cls(rules=rules, version=cast(str, data.get("version", "1")))
+        raw_retention = data.get("retention", [])
+        if isinstance(raw_retention, str | bytes) or not isinstance(raw_retention, Sequence):
+            raise InvalidArgument("retention must be a list of tables ([[retention]] in TOML) with label and max_age")
+        retention = []
+        for index, item in enumerate(raw_retention):
+            if not isinstance(item, Mapping) or set(item) != {"label", "max_age"}:
+                raise InvalidArgument(f"retention[{index}] is a table with exactly label and max_age (seconds)")
+            try:
+                retention.append(Retention(item["label"], item["max_age"]))
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"retention[{index}]: {exc}") from None
+        raw_quotas = data.get("quotas")
+        quotas = None
+        if raw_quotas is not None:
+            if not isinstance(raw_quotas, Mapping) or not set(raw_quotas) <= {"tenant_bytes", "session_bytes"}:
+                raise InvalidArgument("quotas is a table with tenant_bytes and/or session_bytes")
+            quotas = Quotas(raw_quotas.get("tenant_bytes"), raw_quotas.get("session_bytes"))
+        return cls(rules=rules, version=cast(str, data.get("version", "1")), retention=tuple(retention), quotas=quotas)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Policy:
@@ -327,6 +435,10 @@ class Policy:
             lines += ["", "[[rules]]"]
             for key, value in rule.to_dict().items():
                 lines.append(f"{key} = {json.dumps(value)}")
+        for retention in self.retention:
+            lines += ["", "[[retention]]", f"label = {json.dumps(retention.label)}", f"max_age = {retention.max_age}"]
+        if self.quotas is not None and self.quotas.to_dict():
+            lines += ["", "[quotas]"] + [f"{k} = {v}" for k, v in self.quotas.to_dict().items()]
         return "\n".join(lines) + "\n"
 
 
@@ -342,5 +454,5 @@ def decide(policy: Policy | None, labels: Iterable[str], purpose: str, recipient
     held = labels if isinstance(labels, frozenset) else frozenset(labels)
     for rule in policy.rules:
         if rule.matches(held, purpose, recipient):
-            return Decision(rule.action, rule.id)
+            return Decision(rule.action, rule.id, rule.redactor)
     return ALLOWED

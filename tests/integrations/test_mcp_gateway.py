@@ -39,7 +39,15 @@ from tests.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM_SCRIPT = ROOT / "examples" / "mcp_upstream.py"
-BUILTINS = {"describe_artifact", "list_artifacts", "read_artifact", "query_artifact", "load_artifacts"}
+BUILTINS = {
+    "describe_artifact",
+    "list_artifacts",
+    "read_artifact",
+    "query_artifact",
+    "load_artifacts",
+    "artifact_lineage",  # the read-only derived-copy tools (refvault.mcp_tools.COPY_TOOLS)
+    "artifact_receipt",
+}
 UPSTREAM_TOOLS = {
     "image",
     "audio",

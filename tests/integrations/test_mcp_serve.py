@@ -24,7 +24,15 @@ from refvault import Scope, Vault
 
 SCOPE = Scope("acme", "ana", "s1")
 OTHER = Scope("acme", "bob", "s1")
-BUILTINS = {"describe_artifact", "list_artifacts", "read_artifact", "query_artifact", "load_artifacts"}
+BUILTINS = {
+    "describe_artifact",
+    "list_artifacts",
+    "read_artifact",
+    "query_artifact",
+    "load_artifacts",
+    "artifact_lineage",  # the read-only derived-copy tools (refvault.mcp_tools.COPY_TOOLS)
+    "artifact_receipt",
+}
 MAIN = "import sys; from refvault.cli import main; main(sys.argv[1:], prog_name='refvault')"
 
 

@@ -263,8 +263,11 @@ def test_list_pages_newest_first(client: TestClient, headers: dict[str, str], cl
 def test_delete_then_absent(client: TestClient, headers: dict[str, str]) -> None:
     artifact_id = capture(client, headers, b"bye")["artifact_id"]
     response = client.delete(f"/v1/artifacts/{artifact_id}", headers=headers)
-    assert response.status_code == 204
-    assert response.content == b""
+    assert response.status_code == 200
+    report = response.json()
+    assert report["root"] == artifact_id
+    assert report["deleted"] == [{"id": artifact_id, "kind": "artifact", "bytes": 3}]
+    assert (report["kept"], report["grants_revoked"], report["not_erasable"]) == ([], [], [])
     assert_problem(client.get(f"/v1/artifacts/{artifact_id}", headers=headers), 404, "not-found", "NotFound")
     assert_problem(client.delete(f"/v1/artifacts/{artifact_id}", headers=headers), 404, "not-found")
 

@@ -26,7 +26,15 @@ from tests.servers import LiveServer, serve
 
 SCOPE = Scope("acme", "ana", "s1")
 MCP_PATH = "/mcp"  # the contract's endpoint (the app is mounted there)
-TOOLS = {"describe_artifact", "list_artifacts", "read_artifact", "query_artifact", "load_artifacts"}
+TOOLS = {
+    "describe_artifact",
+    "list_artifacts",
+    "read_artifact",
+    "query_artifact",
+    "load_artifacts",
+    "artifact_lineage",  # the read-only derived-copy tools (refvault.mcp_tools.COPY_TOOLS)
+    "artifact_receipt",
+}
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,7 @@ def test_a_read_racing_delete_and_gc_reports_absence_not_damage(vault: Vault) ->
         calls += 1
         found = real_find(scope, artifact_id)
         if calls == 1:  # the artifact is deleted and collected right after the lookup
-            vault.catalog.delete(SCOPE, d.artifact_id)
+            vault.catalog.remove([(SCOPE, d.artifact_id)], [], [])
             vault.gc(grace=0)
         return found
 

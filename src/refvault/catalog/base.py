@@ -29,7 +29,7 @@ Contract (checked for every backend by ``tests/vault/test_conformance.py``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,6 +42,7 @@ from refvault.model import RESOLVER, Descriptor, Disclosure, Grant, Scope, selec
 
 if TYPE_CHECKING:
     from refvault.catalog.macs import ManifestKeys
+    from refvault.copies import Hold, LineageRow, Mark
 
 __all__ = [
     "ApiKey",
@@ -103,6 +104,10 @@ class Manifest:
     idempotency_key: str | None = None
     labels: frozenset[str] = frozenset()
     derived_from: tuple[str, ...] = ()
+    origin: Mapping[str, Any] | None = None
+    """How a derived artifact was made (:mod:`refvault.copies`): kind, transformation and version, its
+    sources' ids and content hashes, and what the transformation changed. Under the row's MAC; None for
+    an artifact captured directly."""
     grant_id: str | None = None
     """Set only on the view a grantee reads through (:mod:`refvault.vault.grants`); never stored, never MAC'd."""
 
@@ -124,6 +129,14 @@ class Manifest:
         }
         if self.derived_from:
             retrieval["derived_from"] = list(self.derived_from)
+        if self.origin is not None:
+            retrieval["lineage"] = {
+                "kind": str(self.origin.get("kind", "derived")),
+                "transformation": self.origin.get("transformation"),
+                # ids only: a source's content hash is in the owner's receipt, never in what a reader is shown
+                "sources": [str(s.get("artifact_id")) for s in self.origin.get("sources", ())],
+                "byte_identical_to_source": False,
+            }
         return Descriptor(
             artifact_id=self.artifact_id,
             content_hash="sha256:" + self.digest,
@@ -169,11 +182,15 @@ class Publication:
 
     ``audit`` is the draft audit entry of the put; the catalog appends it (with the stored
     manifest's id) in the publishing transaction when the item publishes a new artifact.
+    ``requires`` names artifacts of the same tenant that must still exist when it commits (the
+    sources of a copy the vault makes): if one is gone, the item is :class:`NotFound` and nothing
+    of it is published, so a copy never outlives a source deleted while it was being made.
     """
 
     manifest: Manifest
     blob: BlobRecord
     audit: AuditEntry | None = None
+    requires: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +245,7 @@ _REPLAYED_FIELDS = (
     "completeness",
     "labels",
     "derived_from",
+    "origin",
 )
 
 
@@ -263,13 +281,13 @@ class Catalog(Protocol):
 
     def find(self, scope: Scope, artifact_id: str) -> Manifest | None: ...
 
+    def find_by_key(self, scope: Scope, idempotency_key: str) -> Manifest | None:
+        """The artifact of ``scope`` holding ``idempotency_key``, if any (expired ones too: a put releases it)."""
+
     def blob(self, key: BlobKey) -> BlobRecord | None: ...
 
     def in_scope(self, scope: Scope) -> list[Manifest]:
         """Artifacts of ``scope``, newest first; ties broken by publication order, newest first."""
-
-    def delete(self, scope: Scope, artifact_id: str, *, audit: AuditEntry | None = None) -> bool:
-        """Remove the artifact's row; if it was there and ``audit`` is given, append that entry in its transaction."""
 
     def set_labels(
         self, scope: Scope, artifact_id: str, labels: frozenset[str], *, audit: AuditEntry | None = None
@@ -405,5 +423,51 @@ class Catalog(Protocol):
 
     def audit_tenants(self) -> list[str]:
         """Every tenant with an audit chain (a head row or an entry), sorted."""
+
+    # -- derived copies (refvault.copies, refvault.vault.copies) ---------------------------
+
+    def by_ids(self, tenant: str, ids: Sequence[str]) -> dict[str, Manifest]:
+        """The authenticated manifests of those of ``ids`` that exist in ``tenant``, whatever their scope."""
+
+    def derived_ids(self, tenant: str, sources: Sequence[str]) -> list[tuple[str, str]]:
+        """``(source, derived)`` for every artifact ever published with one of ``sources`` in its ``derived_from``
+        (kept after either is deleted), sorted."""
+
+    def marks(self, tenant: str, ids: Sequence[str]) -> dict[str, Mark]:
+        """The marks of those of ``ids`` that have one."""
+
+    def set_mark(self, mark: Mark, *, audit: AuditEntry | None = None) -> Mark:
+        """Store ``mark`` unless the artifact's mark is more final (:data:`refvault.copies.MARK_STATES`); return
+        the mark in place. With ``audit`` appended in the same transaction."""
+
+    def holds(self, tenant: str, ids: Sequence[str]) -> list[Hold]:
+        """The holds on ``ids``, oldest first."""
+
+    def add_hold(self, hold: Hold, *, audit: AuditEntry | None = None) -> None: ...
+
+    def release_hold(self, tenant: str, artifact_id: str, hold_id: str, *, audit: AuditEntry | None = None) -> bool:
+        """Remove one hold; False if there is no such hold."""
+
+    def remove(
+        self, removals: Sequence[tuple[Scope, str]], states: Sequence[Mark], audit: Sequence[AuditEntry]
+    ) -> list[str]:
+        """In one transaction: delete each ``(owner, id)`` without a hold, store its mark from ``states``, and append
+        the ``audit`` entries about the ids deleted (and those about no artifact); return the ids deleted."""
+
+    def live_grants(self, tenant: str, ids: Sequence[str]) -> list[str]:
+        """The ids of the unrevoked grants on ``ids``."""
+
+    def derivations_of_many(self, sources: Sequence[BlobKey]) -> dict[BlobKey, list[Derivation]]:
+        """Every derivation of each blob of ``sources`` (its internal copies: record indexes, query caches), by
+        kind; a blob without any is absent. Batched: a lineage walk of 100,000 nodes makes a few hundred reads."""
+
+    def lineage_rows(self, tenant: str, ids: Sequence[str]) -> dict[str, LineageRow]:
+        """What a lineage walk needs of each of ``ids`` that exists in ``tenant`` (rows not re-authenticated)."""
+
+    def is_referenced_by_artifact(self, key: BlobKey) -> bool:
+        """True if some artifact (of any scope) still points at ``key``."""
+
+    def stored_bytes(self, tenant: str, user: str | None = None, session: str | None = None) -> int:
+        """The bytes of the tenant's artifacts (of one user, of one of its sessions), counting each artifact."""
 
     def close(self) -> None: ...

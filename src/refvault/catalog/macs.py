@@ -137,6 +137,8 @@ def canonical(record: Manifest | Derivation | Grant) -> bytes:
     ]
     if m.labels or m.derived_from:  # appended only when present: a row MAC'd before labels existed still verifies
         fields += [sorted(m.labels), list(m.derived_from)]
+    if m.origin is not None:  # appended only when present, after labels and derived_from (a copy has a source)
+        fields.append(dict(m.origin))
     return _json(fields)
 
 

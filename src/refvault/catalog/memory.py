@@ -29,7 +29,8 @@ from refvault.catalog.base import (
     replay_or_conflict,
 )
 from refvault.catalog.macs import ManifestKeys, derivation_error, grant_error, manifest_error
-from refvault.errors import RefvaultError, StorageError
+from refvault.copies import Hold, LineageRow, Mark, expired_mark, mark_rank
+from refvault.errors import NotFound, RefvaultError, StorageError
 from refvault.model import Scope
 
 __all__ = ["MemoryCatalog"]
@@ -56,6 +57,9 @@ class MemoryCatalog:
         self._settings: dict[str, str] = {}
         self._grants: dict[str, tuple[Grant, str | None]] = {}  # grant id -> (grant, its MAC)
         self._audit: dict[str, list[AuditEntry]] = {}  # tenant -> its chain, seq 1..n
+        self._lineage: set[tuple[str, str, str]] = set()  # (tenant, source id, derived id)
+        self._marks: dict[tuple[str, str], Mark] = {}
+        self._holds: dict[tuple[str, str, str], Hold] = {}  # (tenant, artifact id, hold id)
 
     def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
         with self._lock:
@@ -64,6 +68,10 @@ class MemoryCatalog:
 
     def _publish_one(self, item: Publication) -> Manifest | RefvaultError:
         m = item.manifest
+        for required in item.requires:
+            row = self._rows.get(required)
+            if row is None or row.manifest.scope.tenant != m.scope.tenant:
+                return NotFound(required)
         if m.idempotency_key is not None:
             for row in self._rows.values():
                 if row.manifest.scope == m.scope and row.manifest.idempotency_key == m.idempotency_key:
@@ -84,6 +92,7 @@ class MemoryCatalog:
             record = replace(record, chunk_size=previous[0].chunk_size, chunk_digests=previous[0].chunk_digests)
         self._blobs[item.blob.key] = (record, time.time())
         self._rows[m.artifact_id] = _Row(next(self._seq), m, self.manifest_keys.sign(m))
+        self._lineage.update((m.scope.tenant, source, m.artifact_id) for source in m.derived_from)
         if item.audit is not None:  # under the lock with the row, as the SQL catalog's publishing transaction
             self._append_audit([item.audit._replace(artifact_id=m.artifact_id)])
         return m
@@ -99,6 +108,12 @@ class MemoryCatalog:
         with self._lock:
             row = self._rows.get(artifact_id)
         return self._manifest(row) if row is not None and row.manifest.scope == scope else None
+
+    def find_by_key(self, scope: Scope, idempotency_key: str) -> Manifest | None:
+        with self._lock:
+            rows = [r for r in self._rows.values() if r.manifest.scope == scope]
+        row = next((r for r in rows if r.manifest.idempotency_key == idempotency_key), None)
+        return None if row is None else self._manifest(row)
 
     def blob(self, key: BlobKey) -> BlobRecord | None:
         with self._lock:
@@ -124,16 +139,6 @@ class MemoryCatalog:
         rows.sort(key=lambda row: (row.manifest.created_at, row.seq), reverse=True)
         return [self._manifest(row) for row in rows]
 
-    def delete(self, scope: Scope, artifact_id: str, *, audit: AuditEntry | None = None) -> bool:
-        with self._lock:
-            row = self._rows.get(artifact_id)
-            if row is None or row.manifest.scope != scope:
-                return False
-            del self._rows[artifact_id]
-            if audit is not None:
-                self._append_audit([audit])
-            return True
-
     def set_labels(
         self, scope: Scope, artifact_id: str, labels: frozenset[str], *, audit: AuditEntry | None = None
     ) -> Manifest | None:
@@ -153,10 +158,13 @@ class MemoryCatalog:
             ids = [
                 aid
                 for aid, row in self._rows.items()
-                if row.manifest.expires_at is not None and row.manifest.expires_at <= now
+                if row.manifest.expires_at is not None
+                and row.manifest.expires_at <= now
+                and not self._held(row.manifest.scope.tenant, aid)
             ]
             for aid in ids:
-                del self._rows[aid]
+                m = self._rows.pop(aid).manifest
+                self._put_mark(expired_mark(m.scope, aid, now, m.digest, m.size))
             return ids
 
     def manifests(self) -> Iterator[Manifest]:
@@ -415,6 +423,126 @@ class MemoryCatalog:
     def audit_tenants(self) -> list[str]:
         with self._lock:
             return sorted(self._audit)
+
+    # -- derived copies -------------------------------------------------------------
+
+    def by_ids(self, tenant: str, ids: Sequence[str]) -> dict[str, Manifest]:
+        with self._lock:
+            rows = [self._rows.get(i) for i in dict.fromkeys(ids)]
+        return {
+            row.manifest.artifact_id: self._manifest(row)
+            for row in rows
+            if row is not None and row.manifest.scope.tenant == tenant
+        }
+
+    def lineage_rows(self, tenant: str, ids: Sequence[str]) -> dict[str, LineageRow]:
+        with self._lock:
+            rows = [self._rows.get(i) for i in dict.fromkeys(ids)]
+        return {
+            m.artifact_id: LineageRow(
+                m.artifact_id, m.scope.user, m.scope.session, m.digest, m.size, m.derived_from, m.origin
+            )
+            for m in (row.manifest for row in rows if row is not None)
+            if m.scope.tenant == tenant
+        }
+
+    def derived_ids(self, tenant: str, sources: Sequence[str]) -> list[tuple[str, str]]:
+        wanted = set(sources)
+        with self._lock:
+            return sorted((s, d) for t, s, d in self._lineage if t == tenant and s in wanted)
+
+    def marks(self, tenant: str, ids: Sequence[str]) -> dict[str, Mark]:
+        with self._lock:
+            return {i: self._marks[(tenant, i)] for i in ids if (tenant, i) in self._marks}
+
+    def _put_mark(self, mark: Mark) -> Mark:
+        held = self._marks.get((mark.tenant, mark.artifact_id))
+        if held is not None and mark_rank(mark.state) < mark_rank(held.state):
+            return held
+        self._marks[(mark.tenant, mark.artifact_id)] = mark
+        return mark
+
+    def set_mark(self, mark: Mark, *, audit: AuditEntry | None = None) -> Mark:
+        with self._lock:
+            kept = self._put_mark(mark)
+            if audit is not None:
+                self._append_audit([audit])
+            return kept
+
+    def _held(self, tenant: str, artifact_id: str) -> bool:
+        return any(t == tenant and a == artifact_id for t, a, _ in self._holds)
+
+    def holds(self, tenant: str, ids: Sequence[str]) -> list[Hold]:
+        wanted = set(ids)
+        with self._lock:
+            found = [h for (t, a, _), h in self._holds.items() if t == tenant and a in wanted]
+        return sorted(found, key=lambda h: (h.at, h.hold_id))
+
+    def add_hold(self, hold: Hold, *, audit: AuditEntry | None = None) -> None:
+        with self._lock:
+            self._holds[(hold.tenant, hold.artifact_id, hold.hold_id)] = hold
+            if audit is not None:
+                self._append_audit([audit])
+
+    def release_hold(self, tenant: str, artifact_id: str, hold_id: str, *, audit: AuditEntry | None = None) -> bool:
+        with self._lock:
+            if self._holds.pop((tenant, artifact_id, hold_id), None) is None:
+                return False
+            if audit is not None:
+                self._append_audit([audit])
+            return True
+
+    def remove(
+        self, removals: Sequence[tuple[Scope, str]], states: Sequence[Mark], audit: Sequence[AuditEntry]
+    ) -> list[str]:
+        by_id = {m.artifact_id: m for m in states}
+        with self._lock:
+            deleted: list[str] = []
+            for scope, artifact_id in removals:
+                row = self._rows.get(artifact_id)
+                if row is None or row.manifest.scope != scope or self._held(scope.tenant, artifact_id):
+                    continue
+                del self._rows[artifact_id]
+                deleted.append(artifact_id)
+                if artifact_id in by_id:
+                    self._put_mark(by_id[artifact_id])
+            gone = set(deleted)
+            entries = [e for e in audit if e.artifact_id is None or e.artifact_id in gone]
+            if deleted and entries:
+                self._append_audit(entries)
+            return deleted
+
+    def live_grants(self, tenant: str, ids: Sequence[str]) -> list[str]:
+        wanted = set(ids)
+        with self._lock:
+            return sorted(
+                gid
+                for gid, (g, _) in self._grants.items()
+                if g.owner.tenant == tenant and g.artifact_id in wanted and g.revoked_at is None
+            )
+
+    def derivations_of_many(self, sources: Sequence[BlobKey]) -> dict[BlobKey, list[Derivation]]:
+        wanted = set(sources)
+        with self._lock:
+            entries = [entry for (key, _), entry in self._derivations.items() if key in wanted]
+        found: dict[BlobKey, list[Derivation]] = {}
+        for derivation in sorted((self._derivation(e) for e in entries), key=lambda d: d.kind):
+            found.setdefault(derivation.source, []).append(derivation)
+        return found
+
+    def is_referenced_by_artifact(self, key: BlobKey) -> bool:
+        with self._lock:
+            return self._by_artifact(key)
+
+    def stored_bytes(self, tenant: str, user: str | None = None, session: str | None = None) -> int:
+        with self._lock:
+            return sum(
+                row.manifest.size
+                for row in self._rows.values()
+                if row.manifest.scope.tenant == tenant
+                and (user is None or row.manifest.scope.user == user)
+                and (session is None or row.manifest.scope.session == session)
+            )
 
     def close(self) -> None:
         pass

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from refvault.blobs.base import BlobKey
 from refvault.catalog.base import ApiKey, BlobRecord, Derivation, Manifest
 from refvault.catalog.macs import micros
+from refvault.copies import LineageRow
 from refvault.model import Scope
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -49,7 +50,31 @@ def decode_manifest(row: Any) -> Manifest:
         idempotency_key=row.idempotency_key,
         labels=_labels_of(getattr(row, "labels", None)),
         derived_from=_ids_of(getattr(row, "derived_from", None)),
+        origin=_origin_of(getattr(row, "origin", None)),
     )
+
+
+def lineage_row(row: Any) -> LineageRow:
+    """A lineage walk's view of a row (:class:`refvault.copies.LineageRow`; not authenticated)."""
+    return LineageRow(
+        artifact_id=row.artifact_id,
+        user=row.user_name,
+        session=row.session,
+        digest=row.digest,
+        size=row.size,
+        derived_from=_ids_of(row.derived_from),
+        origin=_origin_of(row.origin),
+    )
+
+
+def _origin_of(column: str | None) -> dict[str, Any] | None:
+    """The origin column (a JSON object; NULL: captured directly). Anything but an object is unreadable."""
+    if column is None:
+        return None
+    value = json.loads(column)
+    if not isinstance(value, dict):
+        raise ValueError("origin")
+    return value
 
 
 def _labels_of(column: str | None) -> frozenset[str]:
@@ -163,6 +188,7 @@ def artifact_row(m: Manifest, mac: str) -> dict[str, Any]:
         "idempotency_key": m.idempotency_key,
         "labels": labels_column(m.labels),
         "derived_from": to_json(list(m.derived_from)) if m.derived_from else None,
+        "origin": None if m.origin is None else to_json(dict(m.origin)),
     }
 
 

@@ -26,6 +26,9 @@ __all__ = [
     "blobs",
     "derivations",
     "grants",
+    "holds",
+    "lineage",
+    "marks",
     "metadata",
     "migrations",
     "settings",
@@ -63,6 +66,9 @@ artifacts = sa.Table(
     # (NULL: none); both covered by the row's MAC. Added by migration 6.
     sa.Column("labels", sa.Text),
     sa.Column("derived_from", sa.Text),
+    # How a derived artifact was made (refvault.copies), a JSON object (NULL: captured directly); covered by
+    # the row's MAC. Added by migration 9.
+    sa.Column("origin", sa.Text),
     sa.UniqueConstraint("tenant", "user_name", "session", "idempotency_key", name="uq_refvault_idempotency"),
     sa.Index("ix_refvault_artifacts_scope", "tenant", "user_name", "session", "created_us", "seq"),
     sa.Index("ix_refvault_artifacts_blob", "namespace", "digest"),
@@ -187,6 +193,50 @@ audit_heads = sa.Table(
     sa.Column("hash", sa.String(64), nullable=False),
 )
 
+# The reverse index of ``derived_from`` (refvault.vault.copies): one row per (source, derived artifact),
+# written in the transaction that publishes the derived artifact and kept after either is deleted, so the
+# lineage of a deleted source still names its copies. The derived artifact's MAC'd manifest is the
+# authority; this table only finds it. Migration 9.
+lineage = sa.Table(
+    "refvault_lineage",
+    metadata,
+    sa.Column("tenant", sa.String(128), primary_key=True),
+    sa.Column("source_id", sa.String(30), primary_key=True),
+    sa.Column("derived_id", sa.String(30), primary_key=True),
+    sqlite_with_rowid=False,
+)
+
+# What happened to an artifact besides its bytes (refvault.copies.Mark): superseded, revoked, deleted or
+# expired; one row per artifact, replaced only by a mark at least as final. Migration 9.
+marks = sa.Table(
+    "refvault_marks",
+    metadata,
+    sa.Column("tenant", sa.String(128), primary_key=True),
+    sa.Column("artifact_id", sa.String(30), primary_key=True),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("at_us", sa.BigInteger, nullable=False),
+    sa.Column("by_id", sa.String(30)),
+    sa.Column("rule", sa.String(128)),
+    sa.Column("reason_hash", sa.String(64)),
+    sa.Column("content_hash", sa.String(71)),
+    sa.Column("size", sa.BigInteger),
+    sa.Column("user_name", sa.String(128)),
+    sa.Column("session", sa.String(128)),
+    sqlite_with_rowid=False,
+)
+
+# Holds (refvault.copies.Hold): while an artifact has one, deletion, expiry and retention leave it. Migration 9.
+holds = sa.Table(
+    "refvault_holds",
+    metadata,
+    sa.Column("tenant", sa.String(128), primary_key=True),
+    sa.Column("artifact_id", sa.String(30), primary_key=True),
+    sa.Column("hold_id", sa.String(40), primary_key=True),
+    sa.Column("reason", sa.String(1024), nullable=False),
+    sa.Column("at_us", sa.BigInteger, nullable=False),
+    sa.Column("user_name", sa.String(128), nullable=False),
+)
+
 migrations = sa.Table(
     "refvault_migrations",
     metadata,
@@ -247,6 +297,15 @@ def _v8(conn: sa.Connection) -> None:
         conn.execute(sa.text(f"ALTER TABLE {api_keys.name} ADD COLUMN admin BOOLEAN"))
 
 
+def _v9(conn: sa.Connection) -> None:
+    """Derived copies: the origin of a derived artifact, the lineage index, marks and holds (NULL origin for
+    every existing row, so their MACs still verify). A catalog created by this version got the column from ``_v1``.
+    """
+    if "origin" not in {column["name"] for column in sa.inspect(conn).get_columns(artifacts.name)}:
+        conn.execute(sa.text(f"ALTER TABLE {artifacts.name} ADD COLUMN origin TEXT"))
+    metadata.create_all(conn, tables=[lineage, marks, holds])
+
+
 AUDIT_MIGRATION = 5
 LABELS_MIGRATION = 6
 MAC_MIGRATION = 4
@@ -259,4 +318,5 @@ MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [
     (LABELS_MIGRATION, _v6),
     (7, _v7),
     (8, _v8),
+    (9, _v9),
 ]

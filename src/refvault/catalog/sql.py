@@ -114,8 +114,9 @@ from refvault.catalog.rows import (
     now_us,
     to_json,
 )
-from refvault.catalog.schema import api_keys, artifacts, blobs, derivations, settings
+from refvault.catalog.schema import api_keys, artifacts, blobs, derivations, holds, lineage, settings
 from refvault.catalog.sql_authority import SqlAuthority
+from refvault.catalog.sql_lineage import SqlLineage, lineage_rows
 from refvault.catalog.statements import (
     BLOB,
     DERIVATION,
@@ -139,7 +140,8 @@ from refvault.catalog.statements import (
     scope_params,
     upsert_blob,
 )
-from refvault.errors import IntegrityError, RefvaultError, StorageError
+from refvault.copies import expired_mark
+from refvault.errors import IntegrityError, NotFound, RefvaultError, StorageError
 from refvault.ids import namespace_of
 from refvault.model import Scope
 
@@ -152,7 +154,7 @@ POOL_SIZE = 24
 POOL_OVERFLOW = 24
 
 
-class SqlCatalog(SqlAuthority):
+class SqlCatalog(SqlAuthority, SqlLineage):
     """A :class:`~refvault.catalog.Catalog` in a SQL database reached by a SQLAlchemy URL."""
 
     @classmethod
@@ -242,6 +244,7 @@ class SqlCatalog(SqlAuthority):
             raise StorageError(f"cannot open the catalog: {type(exc).__name__}") from None
         self._postgres = self._engine.dialect.name == "postgresql"
         self._upsert_blob = upsert_blob(self._engine.dialect.name)
+        self._insert_lineage = dialect_insert(self._engine.dialect.name)(lineage).on_conflict_do_nothing()
         self._audit_insert = audit_rows.insert_sql(self._engine.dialect.name)
         self._compiled: dict[int, Compiled] = {}
         self._compile_lock = threading.Lock()
@@ -393,6 +396,9 @@ class SqlCatalog(SqlAuthority):
             claimed: dict[tuple[Scope, str], Manifest] = {}  # idempotency keys taken by this batch
             for item in items:
                 m = item.manifest
+                if item.requires and not self._present(conn, m.scope.tenant, item.requires):
+                    results.append(NotFound(item.requires[0]))
+                    continue
                 if m.idempotency_key is not None:
                     existing = claimed.get((m.scope, m.idempotency_key))
                     if existing is None:
@@ -423,9 +429,19 @@ class SqlCatalog(SqlAuthority):
             if blob_rows:
                 conn.execute(self._upsert_blob, blob_rows)
                 conn.execute(INSERT_ARTIFACT, artifact_rows)
+                edges = lineage_rows([r for r in results if isinstance(r, Manifest) and r.derived_from])
+                if edges:  # the reverse index of derived_from commits with the derived artifact
+                    conn.execute(self._insert_lineage, edges)
             if audited:  # the put's audit entry commits with its manifest
                 self._append_audit(conn, audited)
         return results
+
+    def _present(self, conn: sa.Connection, tenant: str, ids: Sequence[str]) -> bool:
+        """Whether every one of ``ids`` is an artifact of ``tenant`` now; on PostgreSQL their rows stay locked until
+        the transaction ends, so a concurrent delete waits for it (or it for the delete)."""
+        query = sa.select(artifacts.c.artifact_id).where(artifacts.c.tenant == tenant, artifacts.c.artifact_id.in_(ids))
+        found = set(conn.scalars(query.with_for_update() if self._postgres else query))
+        return found >= set(ids)
 
     @translated
     def record_chunks(self, key: BlobKey, chunk_size: int, digests: bytes) -> None:
@@ -451,14 +467,6 @@ class SqlCatalog(SqlAuthority):
                 raw.execute("PRAGMA busy_timeout=30000")
 
     @translated
-    def delete(self, scope: Scope, artifact_id: str, *, audit: AuditEntry | None = None) -> bool:
-        with self._write() as conn, conn.begin():
-            result = conn.execute(artifacts.delete().where(artifacts.c.artifact_id == artifact_id, scope_match(scope)))
-            if result.rowcount and audit is not None:
-                self._append_audit(conn, [audit])
-            return bool(result.rowcount)
-
-    @translated
     def set_labels(
         self, scope: Scope, artifact_id: str, labels: frozenset[str], *, audit: AuditEntry | None = None
     ) -> Manifest | None:
@@ -482,10 +490,17 @@ class SqlCatalog(SqlAuthority):
 
     @translated
     def delete_expired(self, now: datetime) -> list[str]:
+        held = sa.exists().where(holds.c.tenant == artifacts.c.tenant, holds.c.artifact_id == artifacts.c.artifact_id)
+        due = sa.and_(artifacts.c.expires_us <= micros(now), ~held)
         with self._write() as conn, conn.begin():
-            ids = list(conn.scalars(sa.select(artifacts.c.artifact_id).where(artifacts.c.expires_us <= micros(now))))
+            columns = (artifacts.c.artifact_id, artifacts.c.tenant, artifacts.c.user_name, artifacts.c.session)
+            rows = conn.execute(sa.select(*columns, artifacts.c.digest, artifacts.c.size).where(due)).all()
+            ids = [row.artifact_id for row in rows]
             if ids:
                 conn.execute(artifacts.delete().where(artifacts.c.artifact_id.in_(ids)))
+                for row in rows:
+                    owner = Scope(row.tenant, row.user_name, row.session)
+                    self._put_mark(conn, expired_mark(owner, row.artifact_id, now, row.digest, row.size))
             return ids
 
     @translated
@@ -545,6 +560,11 @@ class SqlCatalog(SqlAuthority):
     @translated
     def find(self, scope: Scope, artifact_id: str) -> Manifest | None:
         row = self._one(FIND, {**scope_params(scope), "artifact_id": artifact_id})
+        return None if row is None else self._manifest(row)
+
+    @translated
+    def find_by_key(self, scope: Scope, idempotency_key: str) -> Manifest | None:
+        row = self._one(FIND_KEY, {**scope_params(scope), "idempotency_key": idempotency_key})
         return None if row is None else self._manifest(row)
 
     @translated

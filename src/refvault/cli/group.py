@@ -47,6 +47,17 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "grants": ("refvault.cli.share", "grants"),
     "revoke": ("refvault.cli.share", "revoke"),
     "policy": ("refvault.cli.policy", "policy"),
+    "redact": ("refvault.cli.copies", "redact"),
+    "receipt": ("refvault.cli.copies", "receipt"),
+    "lineage": ("refvault.cli.copies", "lineage"),
+    "supersede": ("refvault.cli.copies", "supersede"),
+    "revoke-artifact": ("refvault.cli.copies", "revoke_artifact"),
+    "refresh": ("refvault.cli.copies", "refresh"),
+    "hold": ("refvault.cli.copies", "hold"),
+    "release": ("refvault.cli.copies", "release"),
+    "holds": ("refvault.cli.copies", "holds"),
+    "replay-status": ("refvault.cli.copies", "replay_status"),
+    "delete": ("refvault.cli.copies", "delete"),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from refvault.errors import SealedArtifact
-from refvault.model import RECORD_MEDIA_TYPES, Descriptor, Scope, base_type, is_records, is_text
+from refvault.model import RECORD_MEDIA_TYPES, Descriptor, Scope, base_type, is_records, is_text, thaw
 from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
 
 if TYPE_CHECKING:
@@ -87,11 +87,17 @@ def readable(
 
 
 def coverage(descriptor: Descriptor) -> dict[str, Any]:
-    """The fields every read response repeats from the descriptor: what the capture itself covers."""
+    """The fields every read response repeats from the descriptor: what the capture itself covers, and for a copy
+    or a superseded/revoked artifact its ``lineage`` (kind, ``status``: current/stale/revoked; a copy never
+    claims byte identity with its source)."""
     completeness = descriptor.completeness
-    return {
+    out: dict[str, Any] = {
         "artifact_id": descriptor.artifact_id,
         "content_hash": descriptor.content_hash,
         "capture_status": str(completeness.get("status", "unknown")),
         "omissions": [dict(o) if hasattr(o, "items") else o for o in completeness.get("omissions", ())],
     }
+    lineage = descriptor.retrieval.get("lineage")
+    if lineage is not None:
+        out["lineage"] = thaw(lineage)
+    return out

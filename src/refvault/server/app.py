@@ -10,6 +10,7 @@ This module wires the app (:func:`create_app`, :func:`app_from_env`); each job h
   one table :data:`refvault.problems.PROBLEM_TYPES` (which the client reads back). Request values are
   never echoed, and a traceback never leaves the process. A 405 lists every method of its path in ``Allow``.
 * :mod:`refvault.server.routes_artifacts` (capture, list, describe, delete),
+  :mod:`refvault.server.routes_copies` (redaction, receipts, lineage, supersede/revoke, holds, replay status),
   :mod:`refvault.server.content` (``GET …/content`` and its fast path for recently checked keys) and
   :mod:`refvault.server.routes_reads` (window, grep, query, records, verify): the routes, module-level
   functions that take the app's :class:`~refvault.server.service.Served` as a dependency. **Absent and
@@ -56,6 +57,7 @@ from refvault.server import (
     content,
     routes_artifacts,
     routes_audit,
+    routes_copies,
     routes_grants,
     routes_links,
     routes_policy,
@@ -108,6 +110,7 @@ _ROUTERS = (  # in the schema's order of paths
     routes_reads.router,
     routes_links.router,
     routes_grants.router,
+    routes_copies.router,
     routes_audit.router,
     routes_policy.router,
 )

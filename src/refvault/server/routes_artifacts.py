@@ -17,6 +17,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 
+from refvault.copies import DeletionReport
 from refvault.errors import InvalidArgument
 from refvault.limits import LIST_PAGE, MAX_LIST_PAGE, MAX_OFFSET
 from refvault.model import Descriptor
@@ -157,8 +158,10 @@ async def declassify(artifact_id: str, request: Request, scope: Caller, service:
     return JSONResponse(descriptor.to_dict())
 
 
-@router.delete("/artifacts/{artifact_id}", status_code=204, response_class=Response, tags=["artifacts"])
-async def delete(artifact_id: str, scope: Caller, service: Service) -> Response:
-    """Delete the artifact (its bytes go at the next ``gc``)."""
-    await blocking(service.vault.delete, scope, checked_id(artifact_id))
-    return Response(status_code=204)
+@router.delete("/artifacts/{artifact_id}", tags=["artifacts"])
+async def delete(artifact_id: str, scope: Caller, service: Service, cascade: bool = False) -> JSONResponse:
+    """Delete the artifact (with ``cascade=true``, every copy derived from it that the caller owns) and say what
+    went, what stayed and why, and what cannot be erased (the disclosures already made). Bytes go at the next
+    ``gc``, once nothing references them."""
+    report: DeletionReport = await blocking(service.vault.delete, scope, checked_id(artifact_id), cascade=cascade)
+    return JSONResponse(report.to_dict())

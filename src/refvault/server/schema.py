@@ -219,6 +219,9 @@ class CaptureMetadata(BaseModel):
     derived_from: (
         Annotated[list[Annotated[str, Field(pattern=ARTIFACT_ID_PATTERN)]], Field(max_length=MAX_DERIVED_FROM)] | None
     ) = Field(None, description="The ids of the artifacts this capture was derived from (provenance only).")
+    supersedes: Annotated[str, Field(pattern=ARTIFACT_ID_PATTERN)] | None = Field(
+        None, description="An artifact of the same scope this capture replaces: it and its copies then report stale."
+    )
 
 
 class DeclassifyRequest(BaseModel):

@@ -8,12 +8,13 @@ and the event loop never blocks on disk or database I/O.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias, Unpack
 
 from refvault.catalog.audit_log import AuditEntry, AuditReport, DisclosureEntry
+from refvault.copies import DeletionReport, Hold, LineageGraph, LineageStatus, Receipt
 from refvault.model import Descriptor, Disclosure, Grant, Principal, Scope
 from refvault.operations import CaptureOptions
 from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT, Policy
@@ -27,6 +28,7 @@ __all__ = ["AsyncVault"]
 _Grants: TypeAlias = "list[Grant]"  # named here: inside AsyncVault, ``list`` is AsyncVault.list
 _AuditEntries: TypeAlias = "list[AuditEntry]"
 _Disclosures: TypeAlias = "list[DisclosureEntry]"
+_Holds: TypeAlias = "list[Hold]"
 
 
 class AsyncVault:
@@ -99,12 +101,73 @@ class AsyncVault:
         """:meth:`Vault.policy <refvault.Vault.policy>`."""
         return await asyncio.to_thread(self.vault.policy, tenant)
 
-    async def delete(self, scope: Scope, artifact_id: str) -> None:
-        await asyncio.to_thread(self.vault.delete, scope, artifact_id)
+    async def delete(self, scope: Scope, artifact_id: str, *, cascade: bool = False) -> DeletionReport:
+        """:meth:`Vault.delete <refvault.Vault.delete>` (with ``cascade``, its copies too) and its report."""
+        return await asyncio.to_thread(self.vault.delete, scope, artifact_id, cascade=cascade)
 
     async def declassify(self, scope: Scope, artifact_id: str, *, remove: Iterable[str], reason: str) -> Descriptor:
         """:meth:`Vault.declassify <refvault.Vault.declassify>`: the owner removes labels, audited."""
         return await asyncio.to_thread(self.vault.declassify, scope, artifact_id, remove=remove, reason=reason)
+
+    # -- derived copies (refvault.vault.copies) -------------------------------------------------
+
+    async def redact(
+        self, scope: Scope, artifact_id: str, *, redactor: str = "pii.v1", fields: Sequence[str] | None = None
+    ) -> Descriptor:
+        """:meth:`Vault.redact <refvault.Vault.redact>`: a redaction derivative, made once and reused."""
+        return await asyncio.to_thread(partial(self.vault.redact, scope, artifact_id, redactor=redactor, fields=fields))
+
+    async def receipt(self, scope: Scope, artifact_id: str) -> Receipt:
+        """:meth:`Vault.receipt <refvault.Vault.receipt>`."""
+        return await asyncio.to_thread(self.vault.receipt, scope, artifact_id)
+
+    async def lineage(
+        self, scope: Scope, artifact_id: str, *, direction: str = "both", depth: int | None = None
+    ) -> LineageGraph:
+        """:meth:`Vault.lineage <refvault.Vault.lineage>`."""
+        return await asyncio.to_thread(
+            partial(self.vault.lineage, scope, artifact_id, direction=direction, depth=depth)
+        )
+
+    async def lineage_status(self, scope: Scope, artifact_id: str) -> LineageStatus:
+        """:meth:`Vault.lineage_status <refvault.Vault.lineage_status>`."""
+        return await asyncio.to_thread(self.vault.lineage_status, scope, artifact_id)
+
+    async def supersede(self, scope: Scope, old_id: str, new_id: str, *, reason: str) -> None:
+        """:meth:`Vault.supersede <refvault.Vault.supersede>`."""
+        await asyncio.to_thread(partial(self.vault.supersede, scope, old_id, new_id, reason=reason))
+
+    async def revoke_artifact(self, scope: Scope, artifact_id: str, *, reason: str) -> None:
+        """:meth:`Vault.revoke_artifact <refvault.Vault.revoke_artifact>`."""
+        await asyncio.to_thread(partial(self.vault.revoke_artifact, scope, artifact_id, reason=reason))
+
+    async def refresh(self, scope: Scope, artifact_id: str) -> Descriptor:
+        """:meth:`Vault.refresh <refvault.Vault.refresh>`."""
+        return await asyncio.to_thread(self.vault.refresh, scope, artifact_id)
+
+    async def hold(self, scope: Scope, artifact_id: str, *, reason: str) -> Hold:
+        """:meth:`Vault.hold <refvault.Vault.hold>`."""
+        return await asyncio.to_thread(partial(self.vault.hold, scope, artifact_id, reason=reason))
+
+    async def release(self, scope: Scope, artifact_id: str, hold_id: str) -> None:
+        """:meth:`Vault.release <refvault.Vault.release>`."""
+        await asyncio.to_thread(self.vault.release, scope, artifact_id, hold_id)
+
+    async def holds(self, scope: Scope, artifact_id: str) -> _Holds:
+        """:meth:`Vault.holds <refvault.Vault.holds>`."""
+        return await asyncio.to_thread(self.vault.holds, scope, artifact_id)
+
+    async def replay_status(
+        self,
+        scope: Scope,
+        ids: Sequence[str],
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> dict[str, dict[str, Any]]:
+        """:meth:`Vault.replay_status <refvault.Vault.replay_status>`."""
+        status = partial(self.vault.replay_status, scope, ids, purpose=purpose, recipient=recipient)
+        return await asyncio.to_thread(status)
 
     async def share(
         self,

@@ -72,7 +72,24 @@ def engine_read() -> Iterator[None]:
 WRITTEN = "_audit_written"
 """A fact an operation sets when its entry was already appended in its own transaction (put, delete)."""
 
-SYNCHRONOUS_ACTIONS = frozenset({"put", "delete", "share", "revoke", "declassify", "set_policy", "rotate_link_keys"})
+SYNCHRONOUS_ACTIONS = frozenset(
+    {
+        "put",
+        "delete",
+        "share",
+        "revoke",
+        "declassify",
+        "set_policy",
+        "rotate_link_keys",
+        "redact",
+        "supersede",
+        "revoke_artifact",
+        "expire",
+        "refresh",
+        "hold",
+        "release",
+    }
+)
 """Actions that change state: their entry is appended before the operation returns. Reads are batched."""
 
 AUDIT_PAGE_MAX = 10_000
@@ -241,10 +258,13 @@ def _as_absent(entry: AuditEntry) -> AuditEntry:
 
 
 def disclosures(catalog: Catalog, scope: Scope, artifact_id: str) -> list[DisclosureEntry]:
-    """Every disclosure of an artifact the caller owns (else :class:`NotFound`), oldest first."""
+    """Every disclosure of an artifact the caller owns or owned before deleting it (else :class:`NotFound`), oldest
+    first: deleting an artifact does not take back what was disclosed, and its owner can still see it."""
     wanted = check_artifact_id(artifact_id)
     if catalog.find(scope, wanted) is None:
-        raise NotFound(artifact_id)
+        mark = catalog.marks(scope.tenant, [wanted]).get(wanted)
+        if mark is None or mark.owner != scope:
+            raise NotFound(artifact_id)
     return [
         DisclosureEntry.of(entry)
         for entry in catalog.audit_entries(scope.tenant, artifact_id=wanted)

@@ -14,10 +14,13 @@ artifact up for a read. In order:
 3. **Expiry.** Past ``expires_at``: :class:`~refvault.errors.Expired` for the owner,
    :class:`~refvault.errors.NotFound` for anyone else (only the owner may learn it existed).
 4. **Policy.** :func:`refvault.policy.decide` of the tenant's policy on the manifest's labels,
-   the purpose and the recipient. A refusal (``deny``; ``redact`` until redaction derivatives
-   exist) is :class:`~refvault.errors.PolicyDenied` naming the rule id for the owner, and for
-   anyone else :class:`~refvault.errors.NotFound`, byte-identical to an absent artifact (same
-   class, same message).
+   the purpose and the recipient. A refusal (``deny``) is :class:`~refvault.errors.PolicyDenied`
+   naming the rule id for the owner, and for anyone else :class:`~refvault.errors.NotFound`,
+   byte-identical to an absent artifact (same class, same message). ``redact`` serves the
+   redaction derivative instead (:meth:`refvault.Vault.redacted_view`: made once, in the
+   owner's scope), after deciding again on the derivative's own labels (anything but ``allow``
+   refuses as above): the read then returns the derivative's descriptor and bytes, which say
+   they are a copy (``retrieval.lineage``).
 
 The audit facts of the read get ``purpose``, ``recipient``, ``rule_id`` (None: no rule matched)
 and ``grant_id`` (None: the owner read it) whatever the outcome.
@@ -36,7 +39,7 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from refvault.catalog.base import Catalog, Manifest
 from refvault.errors import Expired, InvalidArgument, NotFound, PolicyDenied, StorageError
@@ -71,14 +74,20 @@ POLICY_RECHECK = 2.0
 """Seconds a vault keeps a tenant's policy before it looks at the catalog again (another process may set it)."""
 
 
-class Vault(Protocol):
-    """What the door needs of a :class:`refvault.Vault` (a protocol, so this module need not import the vault)."""
+class PolicyStore(Protocol):
+    """What keeping a tenant's policy needs of a :class:`refvault.Vault`."""
 
     @property
     def catalog(self) -> Catalog: ...
     @property
     def clock(self) -> Callable[[], datetime]: ...
     def attachment(self, name: str, factory: Callable[[], T]) -> T: ...
+
+
+class Vault(PolicyStore, Protocol):
+    """What the door needs of a :class:`refvault.Vault` (a protocol, so this module need not import the vault)."""
+
+    def redacted_view(self, manifest: Manifest, redactor: str | None) -> Manifest: ...
 
 
 # -- the door ------------------------------------------------------------------------------------
@@ -117,7 +126,12 @@ def authorize(
             raise NotFound(artifact_id)
         if facts is not None:
             facts["grant_id"] = manifest.grant_id
-    _check(vault, scope, manifest, owner, purpose, recipient, facts)
+    decision = _check(vault, scope, manifest, owner, purpose, recipient, facts)
+    if decision.action == "redact":  # serve the redaction derivative (made once), if its own labels are allowed
+        derivative = vault.redacted_view(manifest, decision.redactor)
+        if _check(vault, scope, derivative, owner, purpose, recipient, None).action != "allow":
+            _refuse(manifest, owner, decision)  # named by the id asked for: a refusal says nothing of the copy
+        return derivative
     return manifest
 
 
@@ -129,8 +143,9 @@ def _check(
     purpose: str,
     recipient: str,
     facts: dict[str, Any] | None,
-) -> None:
-    """Expiry, then policy, for a manifest found for ``scope`` (``owner``: by its own scope)."""
+) -> Decision:
+    """Expiry, then policy, for a manifest found for ``scope`` (``owner``: by its own scope): the decision,
+    ``allow`` or ``redact`` (anything else raises)."""
     if manifest.expires_at is not None and vault.clock() >= manifest.expires_at:
         if owner:
             raise Expired(manifest.artifact_id, format_time(manifest.expires_at))
@@ -138,13 +153,18 @@ def _check(
     decision = _decision(vault, manifest, purpose, recipient)
     if facts is not None:
         facts["rule_id"] = decision.rule_id
-    if not decision.allowed:
-        if owner:
-            raise PolicyDenied(manifest.artifact_id, decision.rule_id or "(none)")
-        raise NotFound(manifest.artifact_id)
+    if decision.action not in ("allow", "redact"):
+        _refuse(manifest, owner, decision)
+    return decision
 
 
-def _decision(vault: Vault, manifest: Manifest, purpose: str, recipient: str) -> Decision:
+def _refuse(manifest: Manifest, owner: bool, decision: Decision) -> NoReturn:
+    if owner:
+        raise PolicyDenied(manifest.artifact_id, decision.rule_id or "(none)")
+    raise NotFound(manifest.artifact_id)
+
+
+def _decision(vault: PolicyStore, manifest: Manifest, purpose: str, recipient: str) -> Decision:
     labels: frozenset[str] = getattr(manifest, "labels", frozenset())
     return decide(load_policy(vault, manifest.scope.tenant), labels, purpose, recipient)
 
@@ -175,15 +195,32 @@ def rechecker(vault: Vault, scope: Scope, manifest: Manifest, *, purpose: str, r
         current = manifest
         if not owner:
             found = _shared(vault, scope, manifest.artifact_id, purpose=purpose, recipient=recipient)
+            if found is None and _served_redaction(manifest):
+                # a redaction a policy serves for a shared source: the grant is on the source, and the policy
+                # must still send this reader the redaction of it (not the source, nor anything else)
+                source = _shared(vault, scope, manifest.derived_from[0], purpose=purpose, recipient=recipient)
+                if (
+                    source is not None
+                    and source.scope == manifest.scope
+                    and _check(vault, scope, source, owner, purpose, recipient, None).action == "redact"
+                ):
+                    found = manifest
             if found is None:
                 raise NotFound(manifest.artifact_id)
             current = found
-        _check(vault, scope, current, owner, purpose, recipient, None)
+        if _check(vault, scope, current, owner, purpose, recipient, None).action != "allow":
+            raise NotFound(manifest.artifact_id) if not owner else PolicyDenied(manifest.artifact_id, "(redact)")
 
     return again
 
 
-def permitted(vault: Vault, scope: Scope, manifest: Manifest, *, purpose: str, recipient: str) -> bool:
+def _served_redaction(manifest: Manifest) -> bool:
+    """Whether ``manifest`` is a redaction derivative of one source (what a ``redact`` rule serves)."""
+    origin = manifest.origin
+    return origin is not None and origin.get("kind") == "redaction" and len(manifest.derived_from) == 1
+
+
+def permitted(vault: PolicyStore, scope: Scope, manifest: Manifest, *, purpose: str, recipient: str) -> bool:
     """Whether ``list`` shows ``manifest`` to ``scope`` for ``purpose`` and ``recipient``: unexpired and allowed."""
     if manifest.expires_at is not None and vault.clock() >= manifest.expires_at:
         return False
@@ -209,7 +246,7 @@ class _PolicyCache:
         self.entries: dict[str, tuple[float, str | None, Policy | None]] = {}
 
 
-def _cache(vault: Vault) -> _PolicyCache:
+def _cache(vault: PolicyStore) -> _PolicyCache:
     return vault.attachment("refvault.policy", _PolicyCache)
 
 
@@ -222,7 +259,7 @@ def _parse(text: str | None) -> Policy | None:
         raise StorageError("the stored policy of this tenant cannot be read: set it again") from None
 
 
-def load_policy(vault: Vault, tenant: str) -> Policy | None:
+def load_policy(vault: PolicyStore, tenant: str) -> Policy | None:
     """``tenant``'s policy (None: none set), from this vault's copy if it is under :data:`POLICY_RECHECK` s old."""
     name = policy_setting(tenant)  # checks the tenant's name first
     cache = _cache(vault)
@@ -237,7 +274,7 @@ def load_policy(vault: Vault, tenant: str) -> Policy | None:
     return policy
 
 
-def store_policy(vault: Vault, tenant: str, policy: Policy | None) -> None:
+def store_policy(vault: PolicyStore, tenant: str, policy: Policy | None) -> None:
     """Make ``policy`` (None: none) ``tenant``'s, for every process of the store; this vault sees it at once."""
     if policy is not None and not isinstance(policy, Policy):
         raise InvalidArgument("policy must be a refvault.policy.Policy (or None to remove the tenant's policy)")

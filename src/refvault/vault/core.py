@@ -82,6 +82,7 @@ from refvault.vault.authority import (
     rechecker,
 )
 from refvault.vault.commit import GroupCommit, Pending
+from refvault.vault.copies import Copies
 from refvault.vault.grants import Sharing, shared_manifests
 from refvault.vault.ingest import ingest
 from refvault.vault.labels import DECLASSIFY_DETAIL, checked_removal
@@ -115,7 +116,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods):
+class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies):
     """Stores artifacts once and serves verified, scoped reads of them.
 
     Thread-safe: one vault may serve many threads; concurrent puts share
@@ -395,52 +396,71 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods):
         first byte is read. With ``idempotency_key``, a retry in the same scope
         returns the first capture's descriptor. ``created_at`` (default: now)
         lets the parts of one result share one moment; it may not be in the future.
+        ``derived_from`` records its origin (sources and their content hashes: :meth:`receipt`); ``supersedes``
+        marks that artifact of ``scope`` superseded once this one is stored. Over the tenant's byte quota:
+        :class:`~refvault.errors.QuotaExceeded`, nothing stored.
         """
         with self._audited("put", scope) as facts:
-            now = self.clock()
-            moment = now
-            created_at = metadata.get("created_at")
-            if created_at is not None:
-                if not isinstance(created_at, datetime) or created_at.tzinfo is None:
-                    raise InvalidMetadata("created_at must be a timezone-aware datetime")
-                if created_at > now:
-                    raise InvalidMetadata("created_at may not be in the future")
-                moment = created_at.astimezone(UTC)
             owner = _checked_scope(scope)
             checked = CaptureMetadata.of(metadata)
-            draft = Manifest(
-                artifact_id=new_artifact_id(),
-                scope=owner,
-                digest="0" * 64,
-                size=0,
-                media_type=checked.media_type,
-                disclosure=checked.disclosure,
-                created_at=moment,
-                expires_at=checked_expiry(checked.expires_at, now),
-                filename=checked.filename,
-                tool_call_id=checked.tool_call_id,
-                run_id=checked.run_id,
-                schema_version=checked.schema_version,
-                source_version=checked.recorded_source_version(),
-                completeness=checked.recorded_completeness(),
-                idempotency_key=checked.idempotency_key,
-                labels=checked.recorded_labels(),
-                derived_from=checked.recorded_derived_from(),
-            )
-            namespace = namespace_of(draft.scope.tenant)
-            got = ingest(data, self.blobs, namespace=namespace, inline_max=self.inline_max)
-            manifest = replace(draft, digest=got.digest, size=got.size)
-            record = got.record(namespace)
-            # the put's audit entry commits with its manifest (a replayed put is audited after, as usual)
-            entry = None
-            if self._audit_log is not None:
-                self._audit_log.flush()  # the chain keeps this process's order
-                put_facts = {"content_hash": "sha256:" + got.digest}
-                entry = entry_of(now, "put", owner, manifest.artifact_id, "ok", put_facts)
-            stored = self._committer.submit(Pending(Publication(manifest, record, audit=entry), got.writer))
-            descriptor = stored.descriptor()
-            facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)
-            facts[WRITTEN] = entry is not None and stored.artifact_id == manifest.artifact_id
+            if checked.supersedes is not None:
+                self._manifest(owner, checked.supersedes)  # the replaced artifact is the caller's own: before any byte
+            descriptor = self._capture(owner, data, checked, None, facts)
+        if checked.supersedes is not None:
+            self.supersede(owner, checked.supersedes, descriptor.artifact_id, reason="put(supersedes=...)")
+        return descriptor
+
+    def _capture(
+        self, owner: Scope, data: object, checked: CaptureMetadata, origin: dict[str, Any] | None, facts: dict[str, Any]
+    ) -> Descriptor:
+        """Store ``data`` with ``checked`` metadata (and ``origin``, for a copy the vault makes itself) in ``owner``."""
+        moment = now = self.clock()
+        created_at = checked.created_at
+        if created_at is not None:
+            if not isinstance(created_at, datetime) or created_at.tzinfo is None:
+                raise InvalidMetadata("created_at must be a timezone-aware datetime")
+            if created_at > now:
+                raise InvalidMetadata("created_at may not be in the future")
+            moment = created_at.astimezone(UTC)
+        made = origin is not None
+        if origin is None and checked.derived_from:
+            origin = self._tool_origin(owner, checked.recorded_derived_from(), checked)
+        draft = Manifest(
+            artifact_id=new_artifact_id(),
+            scope=owner,
+            digest="0" * 64,
+            size=0,
+            media_type=checked.media_type,
+            disclosure=checked.disclosure,
+            created_at=moment,
+            expires_at=checked_expiry(checked.expires_at, now),
+            filename=checked.filename,
+            tool_call_id=checked.tool_call_id,
+            run_id=checked.run_id,
+            schema_version=checked.schema_version,
+            source_version=checked.recorded_source_version(),
+            completeness=checked.recorded_completeness(),
+            idempotency_key=checked.idempotency_key,
+            labels=checked.recorded_labels(),
+            derived_from=checked.recorded_derived_from(),
+            origin=origin,
+        )
+        namespace = namespace_of(draft.scope.tenant)
+        got = ingest(data, self.blobs, namespace=namespace, inline_max=self.inline_max)
+        self._check_quota(owner, got.size, got.writer, checked.idempotency_key)
+        manifest = replace(draft, digest=got.digest, size=got.size)
+        record = got.record(namespace)
+        # the put's audit entry commits with its manifest (a replayed put is audited after, as usual)
+        entry = None
+        if self._audit_log is not None:
+            self._audit_log.flush()  # the chain keeps this process's order
+            put_facts = {"content_hash": "sha256:" + got.digest}
+            entry = entry_of(now, "put", owner, manifest.artifact_id, "ok", put_facts)
+        requires = checked.recorded_derived_from() if made else ()  # a copy the vault makes needs its sources
+        stored = self._committer.submit(Pending(Publication(manifest, record, entry, requires), got.writer))
+        descriptor = stored.descriptor() if stored.origin is None else self.with_status(stored)
+        facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)
+        facts[WRITTEN] = entry is not None and stored.artifact_id == manifest.artifact_id
         return descriptor
 
     # -- reads -------------------------------------------------------------------
@@ -449,7 +469,8 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods):
         manifest = self.catalog.find(_checked_scope(scope), check_artifact_id(artifact_id))
         if manifest is None:
             raise NotFound(artifact_id)
-        self._check_expiry(manifest)
+        if manifest.expires_at is not None and self.clock() >= manifest.expires_at:
+            raise Expired(manifest.artifact_id, format_time(manifest.expires_at))
         return manifest
 
     def _authorized(
@@ -471,10 +492,6 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods):
             raise
         return manifest, blob
 
-    def _check_expiry(self, manifest: Manifest) -> None:
-        if manifest.expires_at is not None and self.clock() >= manifest.expires_at:
-            raise Expired(manifest.artifact_id, format_time(manifest.expires_at))
-
     def describe(
         self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
     ) -> Descriptor:
@@ -483,7 +500,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods):
         with self._audited("describe", scope, artifact_id) as facts:
             manifest = self._authorized(scope, artifact_id, purpose, recipient, facts)
             facts["content_hash"] = "sha256:" + manifest.digest
-        return manifest.descriptor()
+        return self.with_status(manifest)
 
     def read_bytes(
         self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
@@ -605,19 +622,6 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods):
             shared = shared_manifests(self.catalog, owner, self.clock(), purpose=purpose, recipient=recipient)
             found = sorted([*self.catalog.in_scope(owner), *shared], key=lambda m: m.created_at, reverse=True)
             return [m.descriptor() for m in found if permitted(self, owner, m, purpose=purpose, recipient=recipient)]
-
-    def delete(self, scope: Scope, artifact_id: str) -> None:
-        """Remove the artifact's manifest; its bytes go at the next ``gc`` if unreferenced."""
-        with self._audited("delete", scope, artifact_id) as facts:
-            owner, named = _checked_scope(scope), check_artifact_id(artifact_id)
-            # the delete's audit entry commits with the deletion
-            entry = None
-            if self._audit_log is not None:
-                self._audit_log.flush()  # the chain keeps this process's order
-                entry = entry_of(self.clock(), "delete", owner, named, "ok", {})
-            if not self.catalog.delete(owner, named, audit=entry):
-                raise NotFound(artifact_id)
-            facts[WRITTEN] = entry is not None
 
     def declassify(self, scope: Scope, artifact_id: str, *, remove: Iterable[str], reason: str) -> Descriptor:
         """Remove labels from an artifact: the one way a label goes (the model and tools cannot); its new descriptor.

@@ -39,6 +39,8 @@ class Maintenance:
         _attach_lock: threading.Lock
         _attachments: dict[str, Any]
 
+        def _apply_retention(self, now: datetime, dry_run: bool) -> list[str]: ...
+
     def verify(self, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
         """Check every manifest row's MAC, then re-read and re-hash every blob; report problems with artifact ids.
 
@@ -177,14 +179,18 @@ class Maintenance:
         check_grace(grace)
         report = GcReport(dry_run=dry_run, grace=grace)
         now = self.clock()
-        if dry_run:  # what delete_expired would remove: rows by their expiry, authentic or not
+        if dry_run:  # what delete_expired would remove: rows by their expiry, authentic or not, unless held
             report.expired = [
                 row.artifact_id
                 for row in self.catalog.audit()
-                if row.manifest is not None and row.manifest.expires_at is not None and row.manifest.expires_at <= now
+                if row.manifest is not None
+                and row.manifest.expires_at is not None
+                and row.manifest.expires_at <= now
+                and not self.catalog.holds(row.manifest.scope.tenant, [row.artifact_id])
             ]
         else:
             report.expired = self.catalog.delete_expired(now)
+        report.expired += [i for i in self._apply_retention(now, dry_run) if i not in report.expired]
         unreferenced, candidates = self._unreferenced(grace)
         gone = self._collect(sorted(candidates), grace, dry_run, report)
         if report.blobs_removed and not dry_run:
