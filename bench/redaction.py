@@ -14,7 +14,8 @@ redactor=...)`` for ``pii.v1`` and ``secrets.v1``, and the baseline, one ``re.su
 same bytes (what a single-pattern scrubber costs; it finds no phone, card, key or secret). Reported: MB/s of
 input for each, and each redactor's rate as a fraction of the baseline's.
 
-Target: each redactor >= 20 MB/s (absolute; the ratio to the baseline is reported, not targeted).
+No target: the issue asks for the figures beside the baseline. Absolute rates on a shared machine are noise; the
+ratio to the baseline measured in the same run is the result.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from harness import MiB, command_line, interleave, machine, make_parser, total_t
 from refvault.content.redactors import RedactionOutcome, redact_bytes
 
 SEED = 20261203
-TARGET_MB_S = 20.0
 MEDIA_TYPE = "application/x-ndjson"
 BASELINE = re.compile(rb"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 
@@ -180,7 +180,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines = data.count(b"\n")
     print(f"artifact: {len(data) / MiB:.1f} MiB, {lines:,} JSON Lines records; {reps} interleaved repetitions")
     print(f"  {'re.sub, one e-mail regex (baseline)':40} {base:8.1f} MB/s")
-    ok = True
     for name, rates in zip(names, samples, strict=False):
         ours = statistics.median(rates)
         outcome = outcomes[name]
@@ -188,11 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert outcome.data.count(b"\n") == lines
         found = ", ".join(f"{kind} {count:,}" for kind, count in sorted(outcome.matches.items()))
         print(f"  {'redact_bytes ' + name:40} {ours:8.1f} MB/s  {ours / base:.2f}x the baseline  ({found})")
-        hit = ours >= TARGET_MB_S
-        ok &= hit
-        print(f"    target >= {TARGET_MB_S:g} MB/s: {'ok' if hit else 'MISSED'}")
     print(total_time(began))
-    return 1 if args.strict and not ok else 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["BATCH", "SqlLineage", "lineage_rows"]
 
 BATCH = 500
-_LINEAGE_COLUMNS = ("artifact_id", "user_name", "session", "digest", "size", "derived_from", "origin")
+_LINEAGE_COLUMNS = ("artifact_id", "tenant", "user_name", "session", "digest", "size", "derived_from", "origin")
 
 
 def _batches(ids: Sequence[str]) -> list[list[str]]:
@@ -93,10 +93,11 @@ class SqlLineage:
     def by_ids(self, tenant: str, ids: Sequence[str]) -> dict[str, Manifest]:
         found: dict[str, Manifest] = {}
         with self._read() as conn:
-            for batch in _batches(ids):
-                where = sa.and_(artifacts.c.tenant == tenant, artifacts.c.artifact_id.in_(batch))
-                for row in conn.execute(sa.select(artifacts).where(where)):
-                    found[row.artifact_id] = self._manifest(row)
+            for batch in _batches(ids):  # by the unique id index alone (a tenant condition can make the
+                # planner scan the tenant's rows by its scope index instead, once per batch); tenant checked here
+                for row in conn.execute(sa.select(artifacts).where(artifacts.c.artifact_id.in_(batch))).all():
+                    if row.tenant == tenant:
+                        found[row.artifact_id] = self._manifest(row)
         return found
 
     @translated
@@ -104,10 +105,10 @@ class SqlLineage:
         columns = [artifacts.c[name] for name in _LINEAGE_COLUMNS]
         found: dict[str, LineageRow] = {}
         with self._read() as conn:
-            for batch in _batches(ids):
-                where = sa.and_(artifacts.c.tenant == tenant, artifacts.c.artifact_id.in_(batch))
-                for row in conn.execute(sa.select(*columns).where(where)).all():
-                    found[row.artifact_id] = lineage_row(row)
+            for batch in _batches(ids):  # by the unique id index alone, as by_ids; the tenant checked here
+                for row in conn.execute(sa.select(*columns).where(artifacts.c.artifact_id.in_(batch))).all():
+                    if row.tenant == tenant:
+                        found[row.artifact_id] = lineage_row(row)
         return found
 
     @translated
