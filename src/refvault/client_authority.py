@@ -6,15 +6,13 @@ method of the same name, with the same checks and errors (the server runs them).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeAlias
-
-import httpx
+from typing import Any, TypeAlias
 
 from refvault.catalog.audit_log import FIELDS as _AUDIT_FIELDS
 from refvault.catalog.audit_log import AuditEntry, DisclosureEntry
-from refvault.client_wire import moment
+from refvault.client_wire import ClientHost, moment
 from refvault.errors import InvalidArgument, InvalidMetadata, StorageError
 from refvault.ids import check_artifact_id
 from refvault.model import Disclosure, Grant, Principal, Scope
@@ -34,27 +32,8 @@ def _audit_entry(item: Any) -> AuditEntry:
     return AuditEntry(*(item[name] for name in _AUDIT_FIELDS))
 
 
-class AuthorityCalls:
+class AuthorityCalls(ClientHost):
     """Links, grants, audit, ledger and policy over HTTP (mixed into :class:`~refvault.client.Client`)."""
-
-    if TYPE_CHECKING:
-        url: str
-
-        def _call(
-            self,
-            method: str,
-            path: str,
-            scope: Scope,
-            artifact_id: str | None = None,
-            *,
-            params: Mapping[str, Any] | None = None,
-            json_body: Any = None,
-            purpose: str = ...,
-            recipient: str = ...,
-        ) -> httpx.Response: ...
-        def _json(self, response: httpx.Response) -> Any: ...
-        @staticmethod
-        def _path(artifact_id: str, tail: str = "") -> str: ...
 
     def link(
         self,

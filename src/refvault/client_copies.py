@@ -11,11 +11,12 @@ is a :class:`~refvault.errors.StorageError` naming the server, never repeating t
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 import httpx
 
+from refvault.client_wire import ClientHost
 from refvault.copies import Hold, LineageGraph, LineageStatus, Receipt, canonical_json
 from refvault.errors import InvalidArgument, InvalidMetadata, StorageError
 from refvault.ids import check_artifact_id
@@ -28,28 +29,12 @@ _Holds: TypeAlias = "list[Hold]"  # named here: inside Client, ``list`` is Clien
 _STATUSES = ("current", "stale", "revoked")
 
 
-class CopyCalls:
+class CopyCalls(ClientHost):
     """Derived copies over HTTP (mixed into :class:`~refvault.client.Client`)."""
 
     if TYPE_CHECKING:
-        url: str
 
-        def _call(
-            self,
-            method: str,
-            path: str,
-            scope: Scope,
-            artifact_id: str | None = None,
-            *,
-            params: Mapping[str, Any] | None = None,
-            json_body: Any = None,
-            purpose: str = ...,
-            recipient: str = ...,
-        ) -> httpx.Response: ...
-        def _json(self, response: httpx.Response) -> Any: ...
         def _descriptor(self, response: httpx.Response) -> Descriptor: ...
-        @staticmethod
-        def _path(artifact_id: str, tail: str = "") -> str: ...
 
     def _malformed(self, what: str) -> StorageError:
         return StorageError(f"the refvault server at {self.url} sent a malformed {what}")

@@ -12,18 +12,19 @@ import hashlib
 import io
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx
 
 from refvault.errors import IntegrityError, InvalidArgument, InvalidMetadata, StorageError
-from refvault.model import format_time
+from refvault.model import Scope, format_time
 from refvault.problems import PROBLEM_MEDIA_TYPE, PROBLEM_PREFIX, error_from_problem
 
 __all__ = [
     "CHUNK",
+    "ClientHost",
     "ClientStream",
     "RangeNotSatisfiable",
     "check_whole",
@@ -41,6 +42,29 @@ CHUNK = 1 << 20
 _TITLE_CHARS = 200
 _DETAIL_CHARS = 2000
 _ETAG = re.compile(r'^(?:W/)?"(?:sha256:)?([0-9a-f]{64})"$')
+
+
+class ClientHost:
+    """What the call mixins of :class:`~refvault.client.Client` use of it (declared for the type checker only)."""
+
+    if TYPE_CHECKING:
+        url: str
+
+        def _call(
+            self,
+            method: str,
+            path: str,
+            scope: Scope,
+            artifact_id: str | None = None,
+            *,
+            params: Mapping[str, Any] | None = None,
+            json_body: Any = None,
+            purpose: str = ...,
+            recipient: str = ...,
+        ) -> httpx.Response: ...
+        def _json(self, response: httpx.Response) -> Any: ...
+        @staticmethod
+        def _path(artifact_id: str, tail: str = "") -> str: ...
 
 
 class ClientStream(io.RawIOBase):

@@ -289,3 +289,13 @@ def test_a_copy_published_while_a_cascade_runs_is_deleted_by_it_too(vault: Vault
         with pytest.raises(NotFound):
             vault.describe(OWNER, gone)
     assert vault.catalog.marks(OWNER.tenant, late)[late[0]].rule == f"cascade:{root}"
+
+
+def test_a_cursor_into_a_cascade_deleted_copy_opens_nothing(vault: Vault) -> None:
+    root = vault.put(OWNER, records(RECORDS, "root"), media_type=JSONL).artifact_id
+    copy = vault.put(OWNER, records(RECORDS, "copy"), media_type=JSONL, derived_from=[root]).artifact_id
+    page = read.query(vault, OWNER, copy, limit=5)
+    assert page["next_cursor"]
+    vault.delete(OWNER, root, cascade=True)
+    with pytest.raises(NotFound):
+        read.query(vault, OWNER, copy, limit=5, cursor=page["next_cursor"])
