@@ -71,6 +71,8 @@ _EXPORTS = {
     "Forbidden": "refvault.errors",
     "Held": "refvault.errors",
     "QuotaExceeded": "refvault.errors",
+    "BudgetExceeded": "refvault.errors",
+    "StaleHandle": "refvault.errors",
     "DeletionReport": "refvault.copies",
     "Hold": "refvault.copies",
     "LineageGraph": "refvault.copies",
@@ -112,6 +114,8 @@ __all__ = [
     "NotFound",
     "Observation",
     "QuotaExceeded",
+    "BudgetExceeded",
+    "StaleHandle",
     "Receipt",
     "Grant",
     "GrantNotFound",
@@ -142,6 +146,7 @@ if TYPE_CHECKING:
     from refvault.copies import DeletionReport, Hold, LineageGraph, LineageNode, Receipt
     from refvault.errors import (
         BadRef,
+        BudgetExceeded,
         ContextLeak,
         EmptyPart,
         Expired,
@@ -162,6 +167,7 @@ if TYPE_CHECKING:
         QuotaExceeded,
         RefvaultError,
         SealedArtifact,
+        StaleHandle,
         StorageError,
         TooLarge,
         Unauthenticated,

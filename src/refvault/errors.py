@@ -36,6 +36,8 @@ caller owns is identical to the message about an artifact that does not exist.
     ├── Forbidden                        the key is valid but may not act in the requested tenant/user/session
     │   └── PolicyDenied                 the tenant's policy refuses the owner this read (names the rule id)
     ├── QuotaExceeded                    a put would go over the tenant's or session's byte quota; nothing stored
+    ├── BudgetExceeded                   a put or read call would go over the run's budget; nothing stored or shown
+    ├── StaleHandle                      a kernel snapshot handle of an older generation (the kernel was reset)
     ├── Held                             the artifact is under a hold: release it before deleting it
     ├── TooManyRequests                  the key or its tenant already has as many uploads in progress as allowed
     └── RequestTimeout                   the client stopped sending its request body; nothing was stored
@@ -75,6 +77,8 @@ __all__ = [
     "Forbidden",
     "PolicyDenied",
     "QuotaExceeded",
+    "BudgetExceeded",
+    "StaleHandle",
     "Held",
     "TooManyRequests",
     "RequestTimeout",
@@ -331,6 +335,25 @@ class PolicyDenied(Forbidden):
 
 class QuotaExceeded(RefvaultError):
     """A put would take its tenant or session over the byte quota of the tenant's policy; nothing was stored."""
+
+
+class BudgetExceeded(RefvaultError):
+    """An acquisition or a read call would take the run (a scope's session) over its budget.
+
+    Nothing was stored or disclosed. ``dimension`` names the budget dimension that ran out
+    (``"acquired_bytes"``, ``"read_calls"``, ...).
+    """
+
+    def __init__(self, message: str, *, dimension: str = "") -> None:
+        self.dimension = dimension
+        super().__init__(message)
+
+
+class StaleHandle(RefvaultError):
+    """A kernel snapshot handle from an older generation: the kernel was reset after the snapshot was taken.
+
+    Snapshots taken with ``persist=True`` never raise this; they resolve to their durable artifact.
+    """
 
 
 class Held(RefvaultError):

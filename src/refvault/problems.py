@@ -67,6 +67,8 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
     ProblemType(errors.TooLarge, 413, "too-large", "Too large", fallback=True),
     ProblemType(errors.QuotaExceeded, 413, "quota-exceeded", "Quota exceeded"),
     ProblemType(errors.Held, 409, "held", "Held"),
+    ProblemType(errors.BudgetExceeded, 429, "budget-exceeded", "Budget exceeded"),
+    ProblemType(errors.StaleHandle, 409, "stale-handle", "Stale handle"),
     ProblemType(errors.TooManyRequests, 429, "too-many-requests", "Too many requests"),
     ProblemType(errors.RequestTimeout, 408, "request-timeout", "Request timeout", fallback=True),
     ProblemType(errors.IntegrityError, 500, "integrity-error", "Integrity error"),
