@@ -56,6 +56,7 @@ import httpx
 
 from refvault.client_authority import AuthorityCalls
 from refvault.client_copies import CopyCalls
+from refvault.client_runs import RunCalls
 from refvault.client_wire import (
     ClientStream,
 )
@@ -134,7 +135,7 @@ MAX_PROBLEM_BYTES = 64 * 1024  # of an error answer read at most; a longer one i
 _HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
 
 
-class Client(AuthorityCalls, CopyCalls):
+class Client(AuthorityCalls, CopyCalls, RunCalls):
     """The vault API of a remote ``refvault serve``; thread-safe (one connection pool, shared by threads).
 
     ``url`` is the server's base URL (``http://127.0.0.1:8765``); ``api_key`` a

@@ -16,7 +16,7 @@ server run the same read. A new concern that wraps every operation (policy,
 audit, budgets) is one wrapper around this contract.
 
 This module sits in the bottom layer: it imports only :mod:`refvault.model`,
-:mod:`refvault.operations` and the standard library.
+:mod:`refvault.operations`, the values of :mod:`refvault.copies` and :mod:`refvault.runs`, and the standard library.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any, Protocol, TypeVar, Unpack, runtime_checkable
 from refvault.copies import DeletionReport
 from refvault.model import Descriptor, Scope
 from refvault.operations import CaptureOptions, Selection
+from refvault.runs import EvidenceRecord, EvidenceRequest, ReplayPacket
 
 __all__ = ["ArtifactReader", "EmbeddedHandle", "LocalRead", "LocalVault", "VaultContract"]
 
@@ -136,6 +137,14 @@ class VaultContract(Protocol):
         self, scope: Scope, artifact_id: str, *, purpose: str = "default", recipient: str = "user"
     ) -> dict[str, Any]:
         """Re-read and hash every byte: ``{"artifact_id", "ok", "content_hash", "size"}``."""
+        ...
+
+    def record_evidence(self, scope: Scope, request: EvidenceRequest) -> EvidenceRecord:
+        """Append one record of what a decision of ``scope``'s run used (:mod:`refvault.runs`); the stored record."""
+        ...
+
+    def replay_packet(self, scope: Scope, session: str) -> ReplayPacket:
+        """Every evidence reference run ``session``'s decisions used, each with its availability now."""
         ...
 
     def read_selection(self, scope: Scope, artifact_id: str, request: Selection[T], local: LocalRead[T]) -> T:

@@ -57,6 +57,12 @@ state only. Invariants (tested in ``tests/evidence/test_gate.py``):
   every byte (``integrity_failure`` if they do not match), and runs the given
   read now, so nothing cached stands in for it; an artifact that is gone or
   out of scope is ``unavailable``.
+* **A run's evidence** (:func:`record`, ``reread(..., decision=)``, :func:`reacquire`): what a named
+  decision used is recorded in the run (the scope's session) through ``vault.record_evidence``, with the
+  vault's own content hash; a refusal for a reason in :data:`SUBSTITUTABLE` may be answered by a newer
+  observation, judged at the same decision time and recorded as a substitution (old id → new id, reasons,
+  what it charged), unless the requirement is ``historical``: then, as for any other reason, reacquisition
+  is refused and the refusal recorded. ``vault.replay_packet`` lists it all with availability now.
 * **Data only.** The gate reads descriptor fields and the coverage fields of
   read responses (``artifact_id``, ``content_hash``, ``scan_complete``,
   ``omissions``, the scanned and total counts, ``has_more``, the selection's
@@ -75,11 +81,22 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from refvault.errors import Expired, IntegrityError, InvalidArgument, InvalidId, InvalidMetadata, NotFound
 from refvault.model import Descriptor, Scope, format_time, parse_time
+from refvault.runs import MAX_EXPLANATION, EvidenceRecord, EvidenceRequest, Substitution
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
 
-__all__ = ["REASONS", "Reason", "Requirement", "Verdict", "check", "reread"]
+__all__ = [
+    "REASONS",
+    "SUBSTITUTABLE",
+    "Reason",
+    "Requirement",
+    "Verdict",
+    "check",
+    "reacquire",
+    "record",
+    "reread",
+]
 
 WINDOW = ("start_inclusive", "end_exclusive")
 SHOWN = 8  # coverage values named in one message
@@ -123,6 +140,7 @@ class Requirement:
     require_complete: bool = True
     allow_stale: bool = False
     allow_revoked: bool = False
+    historical: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.source, str) or not self.source:
@@ -149,6 +167,7 @@ class Requirement:
             "require_complete": self.require_complete,
             "allow_stale": self.allow_stale,
             "allow_revoked": self.allow_revoked,
+            "historical": self.historical,
         }
 
 
@@ -209,14 +228,31 @@ def reread(
     *,
     at: datetime,
     read: Callable[[], Mapping[str, Any]] | None = None,
+    decision: str | None = None,
 ) -> Verdict:
     """Describe, re-hash and (with ``read``) re-read the artifact now, then :func:`check` what came back.
 
     ``read`` performs the selective read the decision rests on (e.g. a
     ``refvault.read.query`` of this artifact); it is called after the bytes
     were verified. Integrity failures and missing or out-of-scope artifacts
-    become reasons, not exceptions; any other error propagates.
+    become reasons, not exceptions; any other error propagates. With ``decision`` (its name), the verdict
+    is recorded as evidence that decision used (:func:`record`), satisfied or not.
     """
+    verdict = _reread(vault, scope, artifact_id, requirement, at=at, read=read)
+    if decision is not None:
+        record(vault, scope, verdict, decision=decision)
+    return verdict
+
+
+def _reread(
+    vault: VaultContract,
+    scope: Scope,
+    artifact_id: str,
+    requirement: Requirement,
+    *,
+    at: datetime,
+    read: Callable[[], Mapping[str, Any]] | None,
+) -> Verdict:
     moment = _moment(at, "at")
     shown = artifact_id[:64] if isinstance(artifact_id, str) else "?"
     try:
@@ -234,6 +270,118 @@ def reread(
         reason = Reason("unavailable", _unavailable(descriptor.artifact_id, exc))
         return Verdict(descriptor.artifact_id, descriptor.content_hash, moment, (reason,))
     return check(requirement, descriptor, at=moment, read=response)
+
+
+# -- a run's evidence: recording it, and reacquiring it ---------------------------------------------------------------
+
+SUBSTITUTABLE = frozenset({"too_old", "expired", "stale_evidence", "revoked_evidence", "unavailable"})
+"""Reason codes a newer observation can answer: the evidence is too old, past retention, superseded,
+revoked or gone. Any other failure (wrong source, coverage, an incomplete scan) is not about age."""
+
+
+def record(vault: VaultContract, scope: Scope, verdict: Verdict, *, decision: str) -> EvidenceRecord:
+    """Record that ``decision`` (a name) of ``scope``'s run used the evidence ``verdict`` judged, satisfied or
+    not (``vault.record_evidence``); the stored :class:`~refvault.runs.EvidenceRecord`.
+
+    The content hash recorded is the vault's own for the artifact, never the verdict's.
+    """
+    request = EvidenceRequest(
+        kind="used",
+        decision=decision,
+        artifact_id=verdict.artifact_id,
+        decided_at=verdict.evaluated_at,
+        satisfied=verdict.satisfied,
+        reasons=verdict.codes,
+    )
+    return vault.record_evidence(scope, request)
+
+
+def reacquire(
+    vault: VaultContract,
+    scope: Scope,
+    verdict: Verdict,
+    requirement: Requirement,
+    *,
+    acquire: Callable[[], str | Descriptor],
+    decision: str,
+    read: Callable[[str], Mapping[str, Any]] | None = None,
+) -> Substitution:
+    """Replace evidence the gate refused as too old (or expired, superseded, revoked, gone) by a newer
+    observation, and record the substitution; or refuse, and record why.
+
+    ``verdict`` is the gate's refusal of the old evidence; ``acquire`` captures the newer observation (e.g.
+    calls the tool again) and returns its artifact id or descriptor; ``read`` (given the new id) performs the
+    selective read the decision rests on, as in :func:`reread`. The new evidence is judged by :func:`reread`
+    at the same decision time (``verdict.evaluated_at``), so a substitution never moves the decision.
+
+    Refused, with nothing acquired, when the requirement is ``historical`` (the decision needs the snapshot
+    as it was) or when none of the old verdict's reasons is one a newer observation answers
+    (:data:`SUBSTITUTABLE`). Either way one :class:`~refvault.runs.EvidenceRecord` is stored (``substituted``:
+    old id → new id, the old reasons, the decision time, what the acquisition charged the run's budget; or
+    ``refused``) and returned in the :class:`~refvault.runs.Substitution`. A satisfied verdict has nothing to
+    replace (:class:`~refvault.errors.InvalidArgument`).
+    """
+    if not isinstance(verdict, Verdict) or not isinstance(requirement, Requirement):
+        raise InvalidArgument("reacquire takes the gate's Verdict on the old evidence and the decision's Requirement")
+    if verdict.satisfied:
+        raise InvalidArgument(f"the evidence {verdict.artifact_id} satisfies the decision: nothing to reacquire")
+    at = verdict.evaluated_at
+    fixable = [code for code in verdict.codes if code in SUBSTITUTABLE]
+    refusal = None
+    if requirement.historical:
+        refusal = (
+            f"decision {decision!r} requires the historical snapshot: a newer observation cannot stand in "
+            f"for {verdict.artifact_id}"
+        )
+    elif not fixable:
+        refusal = f"a newer observation does not answer {_listed(list(verdict.codes))}"
+    if refusal is not None:
+        refused = EvidenceRequest(
+            kind="refused",
+            decision=decision,
+            artifact_id=verdict.artifact_id,
+            decided_at=at,
+            satisfied=False,
+            reasons=verdict.codes,
+            explanation=refusal,
+        )
+        stored = vault.record_evidence(scope, refused)
+        return Substitution("refused", verdict.artifact_id, None, verdict.codes, refusal, at, {}, stored)
+    acquired = acquire()
+    new_id = acquired.artifact_id if isinstance(acquired, Descriptor) else acquired
+    if not isinstance(new_id, str) or new_id == verdict.artifact_id:
+        raise InvalidArgument("acquire must return the id (or descriptor) of a new artifact")
+    reading = None if read is None else (lambda: read(new_id))
+    new_verdict = _reread(vault, scope, new_id, requirement, at=at, read=reading)
+    charged = _charged(vault, scope, new_id)
+    outcome = "satisfies the decision" if new_verdict.satisfied else f"still fails: {_listed(list(new_verdict.codes))}"
+    explanation = (
+        f"{verdict.artifact_id} was refused ({_listed(fixable)}); decision {decision!r} permits newer observations, "
+        f"so {new_id} was acquired, which {outcome}"
+    )[:MAX_EXPLANATION]
+    substituted = EvidenceRequest(
+        kind="substituted",
+        decision=decision,
+        artifact_id=new_id,
+        decided_at=at,
+        satisfied=new_verdict.satisfied,
+        reasons=verdict.codes,
+        replaces=verdict.artifact_id,
+        explanation=explanation,
+        charged=charged,
+    )
+    stored = vault.record_evidence(scope, substituted)
+    return Substitution(
+        "substituted", verdict.artifact_id, new_id, verdict.codes, explanation, at, charged, stored, new_verdict
+    )
+
+
+def _charged(vault: VaultContract, scope: Scope, new_id: str) -> dict[str, int]:
+    """What acquiring ``new_id`` cost the run: the bytes it acquired (0 if the caller cannot describe it)."""
+    try:
+        return {"acquired_bytes": vault.describe(scope, new_id).size}
+    except (NotFound, InvalidId, Expired):
+        return {"acquired_bytes": 0}
 
 
 # -- the conditions --------------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from refvault.model import RESOLVER, Descriptor, Disclosure, Grant, Scope, selec
 if TYPE_CHECKING:
     from refvault.catalog.macs import ManifestKeys
     from refvault.copies import Hold, LineageRow, Mark
+    from refvault.runs import EvidenceRecord
 
 __all__ = [
     "ApiKey",
@@ -469,5 +470,12 @@ class Catalog(Protocol):
 
     def stored_bytes(self, tenant: str, user: str | None = None, session: str | None = None) -> int:
         """The bytes of the tenant's artifacts (of one user, of one of its sessions), counting each artifact."""
+
+    def add_evidence(self, record: EvidenceRecord, *, audit: AuditEntry | None = None) -> EvidenceRecord:
+        """Append ``record`` (its ``seq`` is assigned here; the stored record is returned), with ``audit``
+        appended to the tenant's chain in the same transaction."""
+
+    def evidence_records(self, tenant: str, user: str, session: str, *, limit: int) -> list[EvidenceRecord]:
+        """The evidence records of one run (``tenant``/``user``/``session``), oldest first, at most ``limit``."""
 
     def close(self) -> None: ...

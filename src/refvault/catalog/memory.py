@@ -32,6 +32,7 @@ from refvault.catalog.macs import ManifestKeys, derivation_error, grant_error, m
 from refvault.copies import Hold, LineageRow, Mark, expired_mark, mark_rank
 from refvault.errors import NotFound, RefvaultError, StorageError
 from refvault.model import Scope
+from refvault.runs import EvidenceRecord
 
 __all__ = ["MemoryCatalog"]
 
@@ -60,6 +61,7 @@ class MemoryCatalog:
         self._lineage: set[tuple[str, str, str]] = set()  # (tenant, source id, derived id)
         self._marks: dict[tuple[str, str], Mark] = {}
         self._holds: dict[tuple[str, str, str], Hold] = {}  # (tenant, artifact id, hold id)
+        self._evidence: list[EvidenceRecord] = []  # every run's evidence records, in order
 
     def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
         with self._lock:
@@ -483,6 +485,19 @@ class MemoryCatalog:
             self._holds[(hold.tenant, hold.artifact_id, hold.hold_id)] = hold
             if audit is not None:
                 self._append_audit([audit])
+
+    def add_evidence(self, record: EvidenceRecord, *, audit: AuditEntry | None = None) -> EvidenceRecord:
+        with self._lock:
+            stored = replace(record, seq=len(self._evidence) + 1)
+            self._evidence.append(stored)
+            if audit is not None:
+                self._append_audit([audit])
+            return stored
+
+    def evidence_records(self, tenant: str, user: str, session: str, *, limit: int) -> list[EvidenceRecord]:
+        with self._lock:
+            run = [r for r in self._evidence if (r.tenant, r.user, r.session) == (tenant, user, session)]
+        return run[:limit]
 
     def release_hold(self, tenant: str, artifact_id: str, hold_id: str, *, audit: AuditEntry | None = None) -> bool:
         with self._lock:

@@ -25,6 +25,7 @@ __all__ = [
     "audit_heads",
     "blobs",
     "derivations",
+    "evidence",
     "grants",
     "holds",
     "lineage",
@@ -237,6 +238,29 @@ holds = sa.Table(
     sa.Column("user_name", sa.String(128), nullable=False),
 )
 
+# The evidence a run's decisions used, and every reacquisition (refvault.runs.EvidenceRecord): appended,
+# never changed; each also goes to the audit chain in the same transaction. Migration 12.
+evidence = sa.Table(
+    "refvault_evidence",
+    metadata,
+    sa.Column("seq", _Seq, primary_key=True, autoincrement=True),
+    sa.Column("tenant", sa.String(128), nullable=False),
+    sa.Column("user_name", sa.String(128), nullable=False),
+    sa.Column("session", sa.String(128), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("decision", sa.String(256), nullable=False),
+    sa.Column("artifact_id", sa.String(30), nullable=False),
+    sa.Column("content_hash", sa.String(71)),
+    sa.Column("decided_us", sa.BigInteger, nullable=False),
+    sa.Column("recorded_us", sa.BigInteger, nullable=False),
+    sa.Column("satisfied", sa.Boolean, nullable=False),
+    sa.Column("reasons", sa.String(512), nullable=False),
+    sa.Column("replaces", sa.String(30)),
+    sa.Column("explanation", sa.String(1024), nullable=False),
+    sa.Column("charged", sa.Text, nullable=False),
+    sa.Index("ix_refvault_evidence_run", "tenant", "user_name", "session", "seq"),
+)
+
 migrations = sa.Table(
     "refvault_migrations",
     metadata,
@@ -306,6 +330,11 @@ def _v9(conn: sa.Connection) -> None:
     metadata.create_all(conn, tables=[lineage, marks, holds])
 
 
+def _v12(conn: sa.Connection) -> None:
+    """Runs: the evidence records of decisions (a new table; nothing existing changes)."""
+    metadata.create_all(conn, tables=[evidence])
+
+
 AUDIT_MIGRATION = 5
 LABELS_MIGRATION = 6
 MAC_MIGRATION = 4
@@ -319,4 +348,5 @@ MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [
     (7, _v7),
     (8, _v8),
     (9, _v9),
+    (12, _v12),
 ]

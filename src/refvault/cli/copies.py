@@ -1,5 +1,5 @@
 """Derived copies from the command line: redact, receipt, lineage, supersede, revoke-artifact, refresh, hold,
-release, holds, replay-status and delete (with the deletion report).
+release, holds, replay-status, replay-packet and delete (with the deletion report).
 
 Each command is the :class:`~refvault.Vault` method of the same name (:mod:`refvault.vault.copies`) in the
 command's scope (``--tenant/--user/--session``). Those that change something (``redact``, ``supersede``,
@@ -31,6 +31,7 @@ __all__ = [
     "redact",
     "refresh",
     "release",
+    "replay_packet",
     "replay_status",
     "revoke_artifact",
     "supersede",
@@ -299,6 +300,42 @@ def replay_status(
         print_json(found)
     else:
         _echo([_replay_line(artifact_id, entry) for artifact_id, entry in found.items()])
+
+
+@click.command(name="replay-packet")
+@click.option("--run", "run", metavar="SESSION", help="The run to replay (a session of this user; default: --session).")
+@scope_options
+@main_store_option
+@json_option
+@click.pass_context
+def replay_packet(
+    ctx: click.Context, run: str | None, tenant: str, user: str, session: str, as_json: bool
+) -> None:
+    """List every evidence reference the decisions of a run used, each once with its availability now
+    (available, expired, deleted, revoked; denied by a policy rule), then every record: uses, substitutions
+    (old id -> new id, why, what it charged) and refused reacquisitions."""
+    scope = Scope(tenant, user, session)
+    with opened(ctx, read_only=True) as vault:
+        packet = vault.replay_packet(scope, run or session)
+    if as_json:
+        print_json(packet.to_dict())
+        return
+    lines = [f"run {packet.session}: {len(packet.evidence)} evidence reference(s), {len(packet.records)} record(s)"]
+    for entry in packet.evidence:
+        line = _replay_line(entry.artifact_id, dict(entry.now))
+        lines.append(line + f"  used by {', '.join(entry.decisions) or '-'}")
+        if entry.replaced_by:
+            lines.append(f"  replaced by {entry.replaced_by}")
+    for record in packet.records:
+        what = f"{record.kind:<11} {record.artifact_id}  decision {record.decision}  at {record.decided_at.isoformat()}"
+        if record.replaces:
+            what += f"  replaces {record.replaces}"
+        if record.reasons:
+            what += f"  ({', '.join(record.reasons)})"
+        lines.append(what)
+        if record.kind != "used" and record.explanation:
+            lines.append(f"  {record.explanation}")
+    _echo(lines)
 
 
 def _replay_line(artifact_id: str, entry: dict[str, Any]) -> str:

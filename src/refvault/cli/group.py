@@ -57,6 +57,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "release": ("refvault.cli.copies", "release"),
     "holds": ("refvault.cli.copies", "holds"),
     "replay-status": ("refvault.cli.copies", "replay_status"),
+    "replay-packet": ("refvault.cli.copies", "replay_packet"),
     "delete": ("refvault.cli.copies", "delete"),
 }
 

@@ -10,6 +10,7 @@ This module wires the app (:func:`create_app`, :func:`app_from_env`); each job h
   one table :data:`refvault.problems.PROBLEM_TYPES` (which the client reads back). Request values are
   never echoed, and a traceback never leaves the process. A 405 lists every method of its path in ``Allow``.
 * :mod:`refvault.server.routes_artifacts` (capture, list, describe, delete),
+  :mod:`refvault.server.routes_runs` (evidence records, the replay packet),
   :mod:`refvault.server.routes_copies` (redaction, receipts, lineage, supersede/revoke, holds, replay status),
   :mod:`refvault.server.content` (``GET …/content`` and its fast path for recently checked keys) and
   :mod:`refvault.server.routes_reads` (window, grep, query, records, verify): the routes, module-level
@@ -62,6 +63,7 @@ from refvault.server import (
     routes_links,
     routes_policy,
     routes_reads,
+    routes_runs,
 )
 from refvault.server.content import CONTENT_SECURITY_POLICY, PIECE, FastContent
 from refvault.server.inputs import MAX_JSON_BODY
@@ -111,6 +113,7 @@ _ROUTERS = (  # in the schema's order of paths
     routes_links.router,
     routes_grants.router,
     routes_copies.router,
+    routes_runs.router,
     routes_audit.router,
     routes_policy.router,
 )

@@ -90,6 +90,7 @@ from refvault.vault.links import Linking
 from refvault.vault.location import check_store_location, store_location
 from refvault.vault.maintenance import Maintenance, check_grace
 from refvault.vault.reports import AuditRecord, GcReport, KeyRotation, Problem, VerifyReport
+from refvault.vault.runs import Runs
 from refvault.vault.verified import ArtifactStream, VerifiedBlob
 
 __all__ = ["DEFAULT_GRACE", "AuditRecord", "GcReport", "KeyRotation", "Problem", "Vault", "VerifyReport"]
@@ -116,7 +117,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies):
+class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Runs):
     """Stores artifacts once and serves verified, scoped reads of them.
 
     Thread-safe: one vault may serve many threads; concurrent puts share
