@@ -73,6 +73,8 @@ _EXPORTS = {
     "QuotaExceeded": "refvault.errors",
     "BudgetExceeded": "refvault.errors",
     "StaleHandle": "refvault.errors",
+    "Kernel": "refvault.kernel",
+    "Handle": "refvault.kernel",
     "DeletionReport": "refvault.copies",
     "Hold": "refvault.copies",
     "LineageGraph": "refvault.copies",
@@ -116,6 +118,8 @@ __all__ = [
     "QuotaExceeded",
     "BudgetExceeded",
     "StaleHandle",
+    "Kernel",
+    "Handle",
     "Receipt",
     "Grant",
     "GrantNotFound",
@@ -174,6 +178,7 @@ if TYPE_CHECKING:
         UnresolvedRef,
         UnsupportedRead,
     )
+    from refvault.kernel import Handle, Kernel
     from refvault.model import Descriptor, Grant, Principal, Scope
     from refvault.toolbox.ref import Ref
     from refvault.toolbox.toolbox import Artifact, Observation, Toolbox, ToolContext, ToolEvent

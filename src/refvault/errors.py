@@ -20,7 +20,8 @@ caller owns is identical to the message about an artifact that does not exist.
     ├── InvalidType (TypeError)          a value of the wrong kind: a Ref from a non-string, an unpicklable guard
     ├── NotFound (LookupError)           absent, deleted, or not yours (indistinguishable)
     │   ├── GrantNotFound                no live sharing grant of yours has this id (unknown, another's, revoked)
-    │   └── LinkRefused                  a capability link that opens nothing (one message for every reason)
+    │   ├── LinkRefused                  a capability link that opens nothing (one message for every reason)
+    │   └── UnknownHandle                a kernel snapshot handle this kernel did not make as given (one message)
     ├── Expired                          past expires_at (only the owner ever sees this)
     ├── IdempotencyConflict              key reused in the same scope for different bytes
     ├── SealedArtifact                   a model-facing read of a sealed artifact (usable by reference only)
@@ -69,6 +70,7 @@ __all__ = [
     "NotFound",
     "GrantNotFound",
     "LinkRefused",
+    "UnknownHandle",
     "RefvaultError",
     "StorageError",
     "BadRef",
@@ -201,6 +203,19 @@ class LinkRefused(NotFound):
     def __init__(self) -> None:
         self.artifact_id = ""
         RefvaultError.__init__(self, "no such link: it is malformed, expired or revoked, or names nothing readable")
+
+
+class UnknownHandle(NotFound):
+    """A kernel snapshot handle the kernel cannot resolve: another kernel's or another scope's, edited or forged,
+    or naming a snapshot deleted meanwhile. One message for every reason; nothing of the handle is repeated."""
+
+    def __init__(self) -> None:
+        self.artifact_id = ""
+        RefvaultError.__init__(
+            self,
+            "this kernel made no such snapshot: the handle is another kernel's or another scope's, "
+            "was edited, or its snapshot was deleted",
+        )
 
 
 class Expired(RefvaultError):

@@ -20,11 +20,14 @@ Invariants:
   the same owner in one catalog transaction with their marks and audit entries: a crash leaves all or none,
   never a live copy of a deleted source. A held artifact (or one with a held copy) is kept and reported.
   Bytes go at the next ``gc``, once nothing references them (deduplication is per tenant).
+* **A computation is a copy too.** :meth:`Computations.put_computed` records a computation's output (a
+  kernel's ``compute``) with an origin of kind ``computation`` naming its inputs' content hashes.
 """
 
 from __future__ import annotations
 
 from refvault.vault.copies.common import MAX_REASON, redactor_for
+from refvault.vault.copies.computed import Computations
 from refvault.vault.copies.derivatives import Derivatives
 from refvault.vault.copies.graph import LineageWalk
 from refvault.vault.copies.lifecycle import Lifecycle
@@ -32,5 +35,5 @@ from refvault.vault.copies.lifecycle import Lifecycle
 __all__ = ["MAX_REASON", "Copies", "redactor_for"]
 
 
-class Copies(Derivatives, LineageWalk, Lifecycle):
+class Copies(Derivatives, LineageWalk, Lifecycle, Computations):
     """The derived-copy methods of :class:`refvault.Vault` (see the module docstring)."""
