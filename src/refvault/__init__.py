@@ -38,6 +38,7 @@ _EXPORTS = {
     "Scope": "refvault.model",
     "Vault": "refvault.vault.core",
     "VerifyReport": "refvault.vault.core",
+    "envelopes": "refvault.envelopes",
     "errors": "refvault.errors",
     "evidence": "refvault.evidence",
     "Observation": "refvault.toolbox.toolbox",
@@ -138,13 +139,14 @@ __all__ = [
     "UnsupportedRead",
     "Vault",
     "VerifyReport",
+    "envelopes",
     "errors",
     "evidence",
     "read",
 ]
 
 if TYPE_CHECKING:
-    from refvault import errors, evidence, read
+    from refvault import envelopes, errors, evidence, read
     from refvault.catalog.audit_log import AuditEntry, AuditReport, DisclosureEntry
     from refvault.client import Client
     from refvault.copies import DeletionReport, Hold, LineageGraph, LineageNode, Receipt

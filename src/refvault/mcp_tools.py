@@ -49,6 +49,7 @@ from refvault.ids import is_artifact_id
 from refvault.model import Descriptor, Scope, is_text
 from refvault.toolbox.taint import model_recipient, recipient_name
 from refvault.toolbox.toolbox import Observation, Toolbox
+from refvault.toolbox.values import DATA_ONLY
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
@@ -69,6 +70,7 @@ __all__ = [
 ]
 
 URI_PREFIX = "refvault://"  # an artifact's URI: this prefix and its id
+DATA_ONLY_META: dict[str, Any] = {DATA_ONLY: True}  # the _meta of every block of recovered content
 RESOURCES_PAGE = 100  # resources per page of resources/list
 MAX_RESOURCE_BYTES = 32 * 1024 * 1024  # the largest artifact resources/read serves
 MAX_CLIENT_MODELS = 64  # Toolboxes kept for distinct MCP client names, most recent
@@ -422,15 +424,23 @@ def client_name(ctx: ServerRequestContext[Any]) -> str | None:
 
 
 def _observation_result(observation: Observation) -> types.CallToolResult:
-    """A built-in tool's observation as an MCP result (``load_artifacts`` parts as text and image blocks)."""
+    """A built-in tool's observation as an MCP result (``load_artifacts`` parts as text and image blocks).
+
+    Recovered content (``data_only``) has ``_meta: {"data_only": true}`` on every block of it.
+    """
+    meta = DATA_ONLY_META if observation.data_only else None
     if not observation.parts:
-        return types.CallToolResult(content=[text_block(observation.content)], is_error=observation.is_error)
+        block = types.TextContent(type="text", text=observation.content, _meta=meta)
+        return types.CallToolResult(content=[block], is_error=observation.is_error)
     content: list[types.ContentBlock] = []
     for part in observation.parts:
+        marked = DATA_ONLY_META if part.get(DATA_ONLY) is True else None
         if part.get("type") == "image":
-            content.append(types.ImageContent(type="image", data=part["data"], mime_type=part["media_type"]))
+            content.append(
+                types.ImageContent(type="image", data=part["data"], mime_type=part["media_type"], _meta=marked)
+            )
         else:
-            content.append(text_block(str(part.get("text", ""))))
+            content.append(types.TextContent(type="text", text=str(part.get("text", "")), _meta=marked))
     try:
         summary = json.loads(observation.content)
     except ValueError:
@@ -458,10 +468,12 @@ def _resource(descriptor: Descriptor) -> types.Resource:
 
 
 def _contents(uri: str, descriptor: Descriptor, data: bytes) -> types.TextResourceContents | types.BlobResourceContents:
+    """An artifact's bytes as resource contents: recovered content, so marked ``_meta: {"data_only": true}``."""
     if is_text(descriptor.media_type):
         try:
-            return types.TextResourceContents(uri=uri, mime_type=descriptor.media_type, text=data.decode("utf-8"))
+            text = data.decode("utf-8")
+            return types.TextResourceContents(uri=uri, mime_type=descriptor.media_type, text=text, _meta=DATA_ONLY_META)
         except UnicodeDecodeError:
             pass  # declared text, but not UTF-8: served as bytes
     blob = base64.b64encode(data).decode("ascii")
-    return types.BlobResourceContents(uri=uri, mime_type=descriptor.media_type, blob=blob)
+    return types.BlobResourceContents(uri=uri, mime_type=descriptor.media_type, blob=blob, _meta=DATA_ONLY_META)

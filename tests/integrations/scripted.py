@@ -303,7 +303,8 @@ class AdkScripted(BaseLlm):
             if part.function_response is not None
         ]
         self.run.results = [
-            r.get("result", r.get("error")) if len(r) == 1 else json.dumps(r, default=str) for r in responses
+            r.get("result", r.get("error")) if len(r) == 1 else json.dumps(r, default=str, ensure_ascii=False)
+            for r in responses
         ]
         calls = self.plan(self.run.results)
         if not calls:

@@ -102,6 +102,30 @@ def test_serves_the_read_tools_and_resources_in_its_scope(store: Path) -> None:
     anyio.run(session)
 
 
+def test_recovered_content_is_marked_data_only(store: Path) -> None:
+    """Every block of recovered content carries ``_meta: {"data_only": true}``; metadata answers do not."""
+    with Vault.open(store) as vault:
+        note = vault.list(SCOPE)[0]
+        image = vault.put(SCOPE, b"\x89PNG\r\n\x1a\n" + secrets.token_bytes(64), media_type="image/png")
+
+    async def session() -> None:
+        async with _client(store) as client:
+            read = await client.call_tool("read_artifact", {"artifact_id": note.artifact_id})
+            loaded = await client.call_tool("load_artifacts", {"artifact_ids": [note.artifact_id, image.artifact_id]})
+            listed = await client.call_tool("list_artifacts", {})
+            contents = await client.read_resource(f"refvault://{note.artifact_id}")
+            assert [block.meta for block in read.content] == [{"data_only": True}]
+            assert json.loads(_text(read))["data_only"] is True
+            assert [block.type for block in loaded.content] == ["text", "text", "image"]
+            assert all(block.meta == {"data_only": True} for block in loaded.content)
+            assert loaded.structured_content is not None
+            assert loaded.structured_content["data_only"] is True
+            assert [block.meta for block in listed.content] == [None]
+            assert [item.meta for item in contents.contents] == [{"data_only": True}]
+
+    anyio.run(session)
+
+
 def test_the_scope_is_the_commands_own(store: Path) -> None:
     """Another scope's server sees none of this scope's artifacts, and an id of them is simply not found."""
     with Vault.open(store) as vault:

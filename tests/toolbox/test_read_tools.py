@@ -287,7 +287,7 @@ def test_read_artifact_windows_equal_read_window(vault: Vault, scope: Scope, mod
     artifact_id = text_id(vault, scope)
     arguments = WINDOW_CASES[case]
     answer = ok(dispatch(box, mode, "read_artifact", {"artifact_id": artifact_id, **arguments}, scope=scope))
-    assert answer == read.window(vault, scope, artifact_id, **arguments)
+    assert answer == {**read.window(vault, scope, artifact_id, **arguments), "data_only": True}
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -324,7 +324,7 @@ def test_read_artifact_grep_equals_read_grep(vault: Vault, scope: Scope, mode: s
     answer = ok(dispatch(box, mode, "read_artifact", {"artifact_id": artifact_id, **arguments}, scope=scope))
     pattern = arguments["pattern"]
     rest = {k: v for k, v in arguments.items() if k != "pattern"}
-    assert answer == read.grep(vault, scope, artifact_id, pattern, **rest)
+    assert answer == {**read.grep(vault, scope, artifact_id, pattern, **rest), "data_only": True}
     assert answer["matches"] or answer["scan_complete"]
 
 
@@ -572,7 +572,8 @@ def test_load_several_artifacts_in_the_order_given(vault: Vault, scope: Scope, m
     parts = [dict(p) for p in observation.parts]
     texts = [p["text"] for p in parts if p["type"] == "text"]
     images = [p for p in parts if p["type"] == "image"]
-    assert images == [{"type": "image", "media_type": "image/png", "data": base64.b64encode(image).decode()}]
+    data = base64.b64encode(image).decode()
+    assert images == [{"type": "image", "media_type": "image/png", "data": data, "data_only": True}]
     assert base64.b64decode(images[0]["data"]) == image
     # Each artifact is prefixed by its id, in the order given; the image follows its own header.
     heads = [t.split("]", 1)[0].removeprefix("[") for t in texts]

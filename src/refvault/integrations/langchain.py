@@ -36,6 +36,9 @@ guard is :class:`refvault.guard.LeakGuard`. Invariants, each with the test in
 * **Images reach the model only when it loads them.** ``load_artifacts`` is the
   one tool whose content is a list of LangChain content blocks (text, and
   ``image`` blocks with base64 data) (``test_load_artifacts_gives_text_and_image_blocks``).
+* **Recovered content is data only.** Each loaded block carries ``extras={"data_only": True}``, and a
+  ``read_artifact`` / ``query_artifact`` answer ``"data_only": true`` in its JSON
+  (``test_recovered_content_is_marked_data_only``).
 * **Every model request is checked before it is sent.** :class:`LeakGuardCallback`
   runs the guard on all messages of a chat model request (and the prompts of a
   plain LLM) in ``on_chat_model_start`` / ``on_llm_start``; ``raise_error`` makes
@@ -89,6 +92,7 @@ from refvault.guard.contract import GuardHolder, RequestChecker, refuse_leaks, r
 from refvault.integrations.adapter import tool_schemas
 from refvault.model import Scope
 from refvault.toolbox.toolbox import Observation, Toolbox
+from refvault.toolbox.values import DATA_ONLY
 
 try:
     from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
@@ -167,10 +171,14 @@ def _result(observation: Observation) -> tuple[Any, list[dict[str, Any]]]:
 
 
 def _block(part: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``load_artifacts`` part as a LangChain standard content block."""
+    """A ``load_artifacts`` part as a LangChain standard content block (its ``data_only`` mark in ``extras``)."""
     if part.get("type") == "image":
-        return {"type": "image", "base64": part["data"], "mime_type": part["media_type"]}
-    return {"type": "text", "text": str(part.get("text", ""))}
+        block = {"type": "image", "base64": part["data"], "mime_type": part["media_type"]}
+    else:
+        block = {"type": "text", "text": str(part.get("text", ""))}
+    if part.get(DATA_ONLY) is True:
+        block["extras"] = {DATA_ONLY: True}
+    return block
 
 
 _CALLBACK_ERROR = "Error in %s.%s callback: %s"  # what langchain_core.callbacks.manager logs for a raising handler

@@ -87,6 +87,7 @@ from refvault.guard.contract import GuardHolder, RequestChecker, refuse_leaks, r
 from refvault.integrations.adapter import tool_schemas
 from refvault.model import Disclosure, Scope
 from refvault.toolbox import Observation, Toolbox
+from refvault.toolbox.values import DATA_ONLY
 
 if TYPE_CHECKING:
     from pydantic_ai.models.batch import BatchRequest, EncodedBatchRequest
@@ -162,16 +163,20 @@ def toolset(
 
 
 def _model_content(observation: Observation) -> Any:
-    """The text, and for ``load_artifacts`` the loaded text and images as Pydantic AI content."""
+    """The text, and for ``load_artifacts`` the loaded text and images as Pydantic AI content; recovered content
+    as a ``ToolReturn`` of exactly that value whose ``metadata`` marks it data only (the tool return part's own
+    field: the model gets the same value)."""
     if not observation.parts:
-        return observation.content
-    images = [
-        BinaryContent(data=base64.b64decode(part["data"]), media_type=part["media_type"])
-        for part in observation.parts
-        if part.get("type") == "image"
-    ]
-    text = observation.joined_text()
-    return [text, *images] if images else text
+        value: Any = observation.content
+    else:
+        images = [
+            BinaryContent(data=base64.b64decode(part["data"]), media_type=part["media_type"])
+            for part in observation.parts
+            if part.get("type") == "image"
+        ]
+        text = observation.joined_text()
+        value = [text, *images] if images else text
+    return ToolReturn(return_value=value, metadata={DATA_ONLY: True}) if observation.data_only else value
 
 
 # -- BinaryContent returns become references ------------------------------------------------------------------------

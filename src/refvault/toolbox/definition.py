@@ -40,6 +40,7 @@ class Tool:
     fields: tuple[str, ...]
     offload_tokens: int | None = None  # None: never offload this tool's results
     builtin: bool = False  # refvault's own read tools: their refvault errors are shown (written content-free)
+    data_only: bool = False  # its results are recovered content (read_artifact, query_artifact, load_artifacts)
 
 
 def mentions_ref(annotation: Any, seen: set[int] | None = None) -> bool:

@@ -162,11 +162,13 @@ class Toolbox:
         self._runs: OrderedDict[str | None, deque[ToolEvent]] = OrderedDict()
         self._lock = threading.Lock()
         if read_tools:
-            from refvault.toolbox.builtin import BUILTIN_TOOLS
+            from refvault.toolbox.builtin import BUILTIN_TOOLS, RECOVERING_TOOLS
 
             for function in BUILTIN_TOOLS:
                 self._tools[function.__name__] = dataclasses.replace(
-                    build_tool(function, name=None, description=None, context="ctx"), builtin=True
+                    build_tool(function, name=None, description=None, context="ctx"),
+                    builtin=True,
+                    data_only=function in RECOVERING_TOOLS,
                 )
 
     @property
@@ -524,7 +526,11 @@ class Toolbox:
                     )
                 )
                 observation = Observation(
-                    prepared.tool_call_id, content, artifacts=tuple(artifact_summary(d) for d in captured), parts=parts
+                    prepared.tool_call_id,
+                    content,
+                    artifacts=tuple(artifact_summary(d) for d in captured),
+                    parts=parts,
+                    data_only=prepared.tool.data_only,
                 )
                 self._exempt_disclosed(prepared, observation, captured)
                 return observation

@@ -20,7 +20,16 @@ from refvault.model import Descriptor, Scope, pick
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
 
-__all__ = ["DEFAULT", "Artifact", "Observation", "ToolContext", "ToolEvent", "artifact_summary", "joined_text"]
+__all__ = [
+    "DATA_ONLY",
+    "DEFAULT",
+    "Artifact",
+    "Observation",
+    "ToolContext",
+    "ToolEvent",
+    "artifact_summary",
+    "joined_text",
+]
 
 
 class _Default:
@@ -76,6 +85,14 @@ class Artifact:
         return f"Artifact(<{len(self.data)} bytes>, media_type={self.media_type!r})"
 
 
+DATA_ONLY = "data_only"
+"""The marker on recovered content: every content block and read answer refvault's read tools hand a model
+(``read_artifact``, ``query_artifact``, ``load_artifacts``) carries ``"data_only": true``, and their
+:class:`Observation` has ``data_only=True``, which each framework adapter carries onto its own objects
+where the framework has a field for it (MCP ``_meta``, LangChain ``extras``, Pydantic AI ``metadata``).
+Retrieved material is data, never instructions."""
+
+
 @dataclass(frozen=True, slots=True)
 class Observation:
     """What goes back to the model for one tool call."""
@@ -85,6 +102,7 @@ class Observation:
     is_error: bool = False
     artifacts: tuple[Mapping[str, Any], ...] = ()
     parts: tuple[Mapping[str, Any], ...] = ()  # model content beyond text (load_artifacts: text and image parts)
+    data_only: bool = False  # recovered content (refvault's read tools): data for the model, never instructions
 
     def joined_text(self) -> str:
         """The content and every text part as one string, for a framework that takes one text per tool result.

@@ -15,6 +15,7 @@ from refvault.errors import InvalidArgument
 from refvault.integrations.adapter import tool_schemas
 from refvault.integrations.adk.identity import scope_for
 from refvault.model import Scope
+from refvault.toolbox.values import DATA_ONLY
 
 if TYPE_CHECKING:
     from google.adk.tools.tool_context import ToolContext
@@ -56,6 +57,8 @@ def _result(observation: Observation) -> dict[str, Any]:
     result: dict[str, Any] = {"result": observation.content}
     if observation.parts:
         result["content"] = [_part(part) for part in observation.parts]
+    if observation.data_only:  # recovered content: data, never instructions
+        result[DATA_ONLY] = True
     return result
 
 
