@@ -77,8 +77,10 @@ class EvidenceRequest:
         if not isinstance(self.satisfied, bool):
             raise InvalidArgument("satisfied must be a bool")
         reasons = tuple(self.reasons) if isinstance(self.reasons, tuple | list) else None
-        if reasons is None or len(reasons) > MAX_REASONS or not all(
-            isinstance(code, str) and _CODE.fullmatch(code) for code in reasons
+        if (
+            reasons is None
+            or len(reasons) > MAX_REASONS
+            or not all(isinstance(code, str) and _CODE.fullmatch(code) for code in reasons)
         ):
             raise InvalidArgument(f"reasons must be at most {MAX_REASONS} reason codes (refvault.evidence.REASONS)")
         object.__setattr__(self, "reasons", reasons)

@@ -308,9 +308,7 @@ def replay_status(
 @main_store_option
 @json_option
 @click.pass_context
-def replay_packet(
-    ctx: click.Context, run: str | None, tenant: str, user: str, session: str, as_json: bool
-) -> None:
+def replay_packet(ctx: click.Context, run: str | None, tenant: str, user: str, session: str, as_json: bool) -> None:
     """List every evidence reference the decisions of a run used, each once with its availability now
     (available, expired, deleted, revoked; denied by a policy rule), then every record: uses, substitutions
     (old id -> new id, why, what it charged) and refused reacquisitions."""

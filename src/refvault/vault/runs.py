@@ -47,9 +47,9 @@ class Runs(CopiesHost):
         replaces = None if request.replaces is None else check_artifact_id(request.replaces)
         with self._audited("evidence", owner, artifact_id) as facts:
             try:
-                content_hash: str | None = "sha256:" + self._authorized(
-                    owner, artifact_id, DEFAULT_PURPOSE, DEFAULT_RECIPIENT
-                ).digest
+                content_hash: str | None = (
+                    "sha256:" + self._authorized(owner, artifact_id, DEFAULT_PURPOSE, DEFAULT_RECIPIENT).digest
+                )
             except (NotFound, Expired, PolicyDenied):
                 content_hash = None
             record = EvidenceRecord(
