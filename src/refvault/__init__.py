@@ -72,6 +72,8 @@ _EXPORTS = {
     "Held": "refvault.errors",
     "QuotaExceeded": "refvault.errors",
     "BudgetExceeded": "refvault.errors",
+    "Budget": "refvault.budgets",
+    "Usage": "refvault.budgets",
     "StaleHandle": "refvault.errors",
     "DeletionReport": "refvault.copies",
     "Hold": "refvault.copies",
@@ -115,6 +117,8 @@ __all__ = [
     "Observation",
     "QuotaExceeded",
     "BudgetExceeded",
+    "Budget",
+    "Usage",
     "StaleHandle",
     "Receipt",
     "Grant",
@@ -141,6 +145,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from refvault import errors, evidence, read
+    from refvault.budgets import Budget, Usage
     from refvault.catalog.audit_log import AuditEntry, AuditReport, DisclosureEntry
     from refvault.client import Client
     from refvault.copies import DeletionReport, Hold, LineageGraph, LineageNode, Receipt

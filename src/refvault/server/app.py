@@ -57,6 +57,7 @@ from refvault.server import (
     content,
     routes_artifacts,
     routes_audit,
+    routes_budget,
     routes_copies,
     routes_grants,
     routes_links,
@@ -113,6 +114,7 @@ _ROUTERS = (  # in the schema's order of paths
     routes_copies.router,
     routes_audit.router,
     routes_policy.router,
+    routes_budget.router,
 )
 
 
