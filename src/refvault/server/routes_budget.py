@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Response
 from fastapi.responses import JSONResponse
 
-from refvault.budgets import DIMENSIONS, Budget
+from refvault.budgets import DIMENSIONS, MAX_LIMIT, Budget
 from refvault.errors import InvalidArgument
 from refvault.model import Scope
 from refvault.server.auth import NAME_PATTERN, Caller, admin_scope
@@ -27,10 +27,11 @@ router = APIRouter(responses={"default": PROBLEM_RESPONSE})
 
 Admin = Annotated[Scope, Depends(admin_scope)]
 User = Annotated[str | None, Query(pattern=NAME_PATTERN, description="another user of the admin key's tenant")]
-_LIMIT = {"anyOf": [{"type": "null"}, {"type": "number", "minimum": 0}]}
+_COUNT = {"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 0, "maximum": MAX_LIMIT}]}
+_SECONDS = {"anyOf": [{"type": "null"}, {"type": "number", "minimum": 0, "maximum": 1e15}]}
 _BUDGET_BODY = {
     "type": "object",
-    "properties": {name: _LIMIT for name in DIMENSIONS},
+    "properties": {name: _SECONDS if name == "seconds" else _COUNT for name in DIMENSIONS},
     "additionalProperties": False,
     "description": "The run's limits (absent or null: unlimited): refvault.Budget.",
 }

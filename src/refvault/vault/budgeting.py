@@ -21,6 +21,8 @@ Invariants (tested in ``tests/vault/test_budgets.py`` and ``tests/catalog/test_b
   of the catalog at most :data:`REFRESH` seconds ago; a budget set on another server therefore applies
   here within :data:`REFRESH` seconds (at once on the server that set it). A run's limits and restarts
   are re-read as often.
+* **Read-only stores** (``Vault.open(read_only=True)``, the CLI's reading commands) record nothing: a run's
+  limits are enforced there against what it had spent, within the process.
 * **Dimensions without a limit** of a run that has a budget are counted in memory and added to the
   catalog with the next reservation or look (at most :data:`REFRESH` seconds late), for :meth:`usage`.
 """
@@ -72,10 +74,12 @@ def uncharged() -> Iterator[None]:
 class _Run:
     """One run as this process knows it: its row (None: no budget), when it was read, what is reserved."""
 
-    __slots__ = ("lease", "looked", "pending", "row")
+    __slots__ = ("budget", "lease", "limited", "looked", "pending", "row")
 
     def __init__(self) -> None:
         self.row: BudgetRow | None = None
+        self.budget: Budget | None = None  # the budget ``limited`` was made for
+        self.limited: dict[str, bool] = {}  # per counted dimension: has a limit
         self.looked = float("-inf")
         self.lease: dict[str, int] = {}  # reserved in the catalog by this process and not used yet
         self.pending: dict[str, int] = {}  # used in dimensions without a limit, not yet added to the catalog
@@ -136,15 +140,39 @@ class Ledger:
         """Charge one operation's ``amounts`` (dimension -> amount) to ``scope``'s run, all or nothing.
 
         :class:`BudgetExceeded` (nothing charged) if a dimension would go over its limit, or the run's
-        ``seconds`` are spent. A run without a budget is not charged.
+        ``seconds`` are spent. A run without a budget is not charged. The common case (what this process
+        reserved covers it) touches only memory.
         """
-        if self.run(scope) is None:
+        state = self._runs.get(scope)
+        if state is None or time.monotonic() - state.looked >= REFRESH:
+            if self._look(scope) is None:
+                return
+        elif state.row is None:
             return
         with self._lock:
             state = self._runs.get(scope)
             if state is None or state.row is None:
                 return
-            self._check_seconds(state.row)
+            budget = state.row.budget
+            if state.budget is not budget:
+                state.budget = budget
+                state.limited = {name: getattr(budget, name) is not None for name in COUNTED}
+            if budget.seconds is not None:
+                self._check_seconds(state.row)
+            lease, limited = state.lease, state.limited
+            for name, amount in amounts.items():
+                if limited[name] and lease.get(name, 0) < amount:
+                    break
+            else:  # covered by what this process reserved: memory only
+                pending = state.pending
+                for name, amount in amounts.items():
+                    if amount <= 0:
+                        continue
+                    if limited[name]:
+                        lease[name] -= amount
+                    else:
+                        pending[name] = pending.get(name, 0) + amount
+                return
             budget = state.row.budget
             need = {
                 name: amount
@@ -153,14 +181,48 @@ class Ledger:
             }
             if need and not self._reserve(scope, state, need):
                 return  # the run has no budget any more
-            limited = state.row.budget if state.row is not None else budget
+            current = state.row.budget if state.row is not None else budget
             for name, amount in amounts.items():
                 if amount <= 0:
                     continue
-                if getattr(limited, name) is None:
+                if getattr(current, name) is None:
                     state.pending[name] = state.pending.get(name, 0) + amount
                 else:
                     state.lease[name] = state.lease.get(name, 0) - amount
+
+    def charge_read(self, scope: Scope, data: bytes) -> None:
+        """:meth:`charge` a vault read returning ``data`` (one read call, its bytes, its tokens), on the read
+        path: a run without a budget costs one cached look, a run whose reservation covers the read one
+        lock and three counters. A read engine's own reads are not charged (the engine charges its call)."""
+        state = self._runs.get(scope)
+        if state is not None and time.monotonic() - state.looked < REFRESH:
+            row = state.row
+            if row is None:
+                return
+            if in_engine_read() or _UNCHARGED.get():
+                return
+            size, tokens = len(data), self.counter(data)
+            budget = row.budget
+            if budget.seconds is None and state.budget is budget:
+                limited, lease = state.limited, state.lease
+                with self._lock:
+                    if (
+                        state.row is row
+                        and (not limited["read_calls"] or lease.get("read_calls", 0) >= 1)
+                        and (not limited["scanned_bytes"] or lease.get("scanned_bytes", 0) >= size)
+                        and (not limited["returned_tokens"] or lease.get("returned_tokens", 0) >= tokens)
+                    ):
+                        for name, amount in (("read_calls", 1), ("scanned_bytes", size), ("returned_tokens", tokens)):
+                            if limited[name]:
+                                lease[name] -= amount
+                            elif amount:
+                                state.pending[name] = state.pending.get(name, 0) + amount
+                        return
+        elif in_engine_read() or _UNCHARGED.get():
+            return
+        else:
+            size, tokens = len(data), self.counter(data)
+        self.charge(scope, {"read_calls": 1, "scanned_bytes": size, "returned_tokens": tokens})
 
     def _reserve(self, scope: Scope, state: _Run, amounts: dict[str, int]) -> bool:
         """Reserve what the lease lacks of ``amounts`` (plus a share of what is left, on a first try).
@@ -182,7 +244,7 @@ class Ledger:
                 ask[name] = short + (max(0, (limit - row.spent[name] - short) // LEASE_SHARE) if not attempt else 0)
             if not ask:
                 return True
-            if self._catalog.charge_budget(scope, row.generation, ask):
+            if self._record(scope, row, ask):
                 for name, amount in ask.items():
                     state.lease[name] = state.lease.get(name, 0) + amount
                 state.row = replace(row, spent={**row.spent, **{n: row.spent[n] + a for n, a in ask.items()}})
@@ -193,6 +255,16 @@ class Ledger:
             self._check_seconds(state.row)
         name = next(iter(amounts))
         raise _exceeded(name, 0 if state.row is None else getattr(state.row.budget, name) or 0, amounts[name])
+
+    def _record(self, scope: Scope, row: BudgetRow, amounts: Mapping[str, int]) -> bool:
+        """Reserve (or return) ``amounts`` in the catalog. A catalog opened read-only records nothing: the
+        run's limits are then enforced against what it had spent when read, within this process only."""
+        if not getattr(self._catalog, "read_only", False):
+            return self._catalog.charge_budget(scope, row.generation, amounts)
+        return all(
+            amount <= 0 or (limit := getattr(row.budget, name)) is None or row.spent[name] + amount <= limit
+            for name, amount in amounts.items()
+        )
 
     def _check_seconds(self, row: BudgetRow) -> None:
         limit = row.budget.seconds
@@ -220,7 +292,7 @@ class Ledger:
                 if limit is None:
                     return None
                 ask = min(wanted - have, limit - row.spent[name])
-                if ask > 0 and self._catalog.charge_budget(scope, row.generation, {name: ask}):
+                if ask > 0 and self._record(scope, row, {name: ask}):
                     state.lease[name] = have = have + ask
                     state.row = replace(row, spent={**row.spent, name: row.spent[name] + ask})
                     break
@@ -241,7 +313,7 @@ class Ledger:
     def _push_pending(self, scope: Scope, state: _Run) -> None:
         if state.row is not None and state.pending:
             pending, state.pending = state.pending, {}
-            self._catalog.charge_budget(scope, state.row.generation, pending)  # unlimited: cannot fail on a limit
+            self._record(scope, state.row, pending)  # unlimited: cannot fail on a limit
 
     def flush(self, scope: Scope | None = None) -> None:
         """Return what this process reserved and did not use, and add what it counted without a limit."""
@@ -253,7 +325,7 @@ class Ledger:
                     release = {name: -amount for name, amount in state.lease.items() if amount > 0}
                     state.lease.clear()
                     if release:
-                        self._catalog.charge_budget(key, state.row.generation, release)
+                        self._record(key, state.row, release)
                     self._push_pending(key, state)
                 state.looked = float("-inf")  # read again on next use
 
@@ -370,10 +442,8 @@ class Budgets:
 
     def _charge_read(self, scope: Scope, data: bytes) -> None:
         """A read returning ``data``: one read call, its bytes scanned, its tokens; a read engine charges itself."""
-        ledger = self._budget_ledger()
-        if ledger.run(scope) is None or in_engine_read() or _UNCHARGED.get():
-            return
-        ledger.charge(scope, {"read_calls": 1, "scanned_bytes": len(data), "returned_tokens": ledger.counter(data)})
+        ledger = self.__dict__.get("_ledger") or self._budget_ledger()
+        ledger.charge_read(scope, data)
 
     def _charge_stream(self, scope: Scope, size: int) -> None:
         """A stream opened on ``size`` bytes: one read call and every byte it may scan (tokens: where text returns)."""
