@@ -7,18 +7,21 @@ without a budget is unaffected, and another run is never charged.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from refvault import Budget, BudgetExceeded, Scope, Usage, Vault, read
+from refvault import AsyncVault, Budget, BudgetExceeded, Scope, Usage, Vault, read
 from refvault.budgets import DIMENSIONS, bytes_per_token
 from refvault.errors import InvalidArgument
 from refvault.read import records
 from refvault.toolbox.builtin import load
+from refvault.vault.budgeting import REFRESH
 from tests.conftest import Clock
 
 RUN = Scope("acme", "ana", "run")
@@ -290,3 +293,30 @@ def test_a_token_counter_can_be_plugged_in(vault: Vault, ids: dict[str, str]) ->
     assert _spent(vault)["returned_tokens"] == 400
     with pytest.raises(InvalidArgument):
         vault.set_token_counter("four")  # type: ignore[arg-type]
+
+
+# -- other servers, the async facade -------------------------------------------------------------
+
+
+def test_a_budget_set_elsewhere_applies_within_the_refresh_bound(tmp_path: Path) -> None:
+    store = tmp_path / "shared"
+    with Vault.open(store) as here, Vault.open(store) as there:
+        artifact = here.put(RUN, b"shared").artifact_id
+        there.read_bytes(RUN, artifact)  # "there" has now seen the run without a budget
+        here.set_budget(RUN, Budget(read_calls=0))
+        with pytest.raises(BudgetExceeded):
+            here.read_bytes(RUN, artifact)  # at once where it was set
+        time.sleep(REFRESH + 0.1)
+        with pytest.raises(BudgetExceeded):
+            there.read_bytes(RUN, artifact)  # within REFRESH seconds elsewhere
+
+
+def test_the_async_vault_sets_and_reports_budgets() -> None:
+    async def run() -> Usage:
+        async with await AsyncVault.open("memory://") as vault:
+            await vault.set_budget(RUN, Budget(read_calls=7))
+            assert await vault.clear_budget(RUN)
+            await vault.set_budget(RUN, Budget(read_calls=3), restart=True)
+            return await vault.usage(RUN)
+
+    assert asyncio.run(run()).left["read_calls"] == 3
