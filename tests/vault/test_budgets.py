@@ -320,3 +320,14 @@ def test_the_async_vault_sets_and_reports_budgets() -> None:
             return await vault.usage(RUN)
 
     assert asyncio.run(run()).left["read_calls"] == 3
+
+
+def test_an_upper_layer_charges_only_counted_dimensions(vault: Vault) -> None:
+    vault.set_budget(RUN, Budget(recomputations=1))
+    vault.charge(RUN, recomputations=1)
+    for bad in ({"tokens": 1}, {"seconds": 1}, {"read_calls": -1}, {"read_calls": 1.5}):
+        with pytest.raises(InvalidArgument):
+            vault.charge(RUN, **bad)  # type: ignore[arg-type]
+    with pytest.raises(BudgetExceeded):
+        vault.charge(RUN, recomputations=1)
+    assert _spent(vault)["recomputations"] == 1

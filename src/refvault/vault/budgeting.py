@@ -423,7 +423,11 @@ class Budgets:
         return int(self._budget_ledger().counter(raw))
 
     def charge(self, scope: Scope, **amounts: int) -> None:
-        """Charge one operation an upper layer performs to ``scope``'s run (see :meth:`Ledger.charge`)."""
+        """Charge one operation an upper layer performs to ``scope``'s run (see :meth:`Ledger.charge`):
+        ``amounts`` are non-negative integers by counted dimension (``read_calls=1, scanned_bytes=...``)."""
+        for name, amount in amounts.items():
+            if name not in COUNTED or isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+                raise InvalidArgument(f"charge takes non-negative integers of {', '.join(COUNTED)}")
         self._budget_ledger().charge(scope, amounts)
 
     def budget_allowance(self, scope: Scope, dimension: str, wanted: int) -> int | None:
