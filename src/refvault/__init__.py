@@ -73,6 +73,8 @@ _EXPORTS = {
     "Held": "refvault.errors",
     "QuotaExceeded": "refvault.errors",
     "BudgetExceeded": "refvault.errors",
+    "Budget": "refvault.budgets",
+    "Usage": "refvault.budgets",
     "StaleHandle": "refvault.errors",
     "Kernel": "refvault.kernel",
     "Handle": "refvault.kernel",
@@ -118,6 +120,8 @@ __all__ = [
     "Observation",
     "QuotaExceeded",
     "BudgetExceeded",
+    "Budget",
+    "Usage",
     "StaleHandle",
     "Kernel",
     "Handle",
@@ -147,6 +151,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from refvault import envelopes, errors, evidence, read
+    from refvault.budgets import Budget, Usage
     from refvault.catalog.audit_log import AuditEntry, AuditReport, DisclosureEntry
     from refvault.client import Client
     from refvault.copies import DeletionReport, Hold, LineageGraph, LineageNode, Receipt

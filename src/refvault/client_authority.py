@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
+from refvault.budgets import Budget, Usage
 from refvault.catalog.audit_log import FIELDS as _AUDIT_FIELDS
 from refvault.catalog.audit_log import AuditEntry, DisclosureEntry
 from refvault.client_wire import ClientHost, moment
@@ -175,3 +176,36 @@ class AuthorityCalls(ClientHost):
         if not isinstance(policy, Policy):
             raise InvalidArgument("policy must be a refvault.policy.Policy (or None to remove the tenant's policy)")
         self._call("PUT", "/policy", scope, json_body=policy.to_dict())
+
+    # -- run budgets (refvault.budgets) ----------------------------------------------------------
+
+    def usage(self, scope: Scope) -> Usage:
+        """What ``scope``'s run spent and has left (``GET /v1/usage``); as :meth:`refvault.Vault.usage`."""
+        try:
+            return Usage.from_json(scope, self._json(self._call("GET", "/usage", scope)))
+        except InvalidArgument:
+            raise StorageError(f"the refvault server at {self.url} sent a malformed usage") from None
+
+    def set_budget(self, scope: Scope, budget: Budget, *, restart: bool = False, key_user: str | None = None) -> Usage:
+        """Set ``scope``'s run budget (``PUT /v1/budget``, an admin key of the tenant; else
+        :class:`~refvault.errors.Forbidden` and nothing changes); its usage after. ``key_user``: the admin
+        key's own user, when it sets the budget of another user's session."""
+        if not isinstance(budget, Budget):
+            raise InvalidArgument("budget must be a refvault.Budget(...)")
+        params = {"user": scope.user, "restart": "true" if restart else "false"}
+        caller = _as(scope, key_user)
+        answer = self._json(self._call("PUT", "/budget", caller, params=params, json_body=budget.to_json()))
+        try:
+            return Usage.from_json(scope, answer)
+        except InvalidArgument:
+            raise StorageError(f"the refvault server at {self.url} sent a malformed usage") from None
+
+    def clear_budget(self, scope: Scope, *, key_user: str | None = None) -> bool:
+        """Remove ``scope``'s run budget (``DELETE /v1/budget``, an admin key); True once it has none."""
+        self._call("DELETE", "/budget", _as(scope, key_user), params={"user": scope.user})
+        return True
+
+
+def _as(scope: Scope, key_user: str | None) -> Scope:
+    """The scope an admin key acts in to change ``scope``'s run: its own user, the run's session."""
+    return scope if key_user is None else Scope(scope.tenant, key_user, scope.session)

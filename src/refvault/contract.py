@@ -26,6 +26,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol, TypeVar, Unpack, runtime_checkable
 
+from refvault.budgets import Budget, Usage
 from refvault.copies import DeletionReport
 from refvault.model import Descriptor, Scope
 from refvault.operations import CaptureOptions, Selection
@@ -145,6 +146,14 @@ class VaultContract(Protocol):
 
     def replay_packet(self, scope: Scope, session: str) -> ReplayPacket:
         """Every evidence reference run ``session``'s decisions used, each with its availability now."""
+        ...
+
+    def set_budget(self, scope: Scope, budget: Budget, *, restart: bool = False) -> Usage:
+        """Set what ``scope``'s run (its session) may spend (:mod:`refvault.budgets`); its usage after."""
+        ...
+
+    def usage(self, scope: Scope) -> Usage:
+        """What ``scope``'s run spent and has left, per dimension."""
         ...
 
     def read_selection(self, scope: Scope, artifact_id: str, request: Selection[T], local: LocalRead[T]) -> T:

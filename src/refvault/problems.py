@@ -87,6 +87,7 @@ _SPECIAL: tuple[type[RefvaultError], ...] = (
     errors.InvalidCursor,
     errors.IntegrityError,
     errors.TooManyRequests,
+    errors.BudgetExceeded,
 )
 _KNOWN: tuple[type[RefvaultError], ...] = (RefvaultError, *(entry.error for entry in PROBLEM_TYPES))
 _PLAIN: dict[str, type[RefvaultError]] = {cls.__name__: cls for cls in _KNOWN if not issubclass(cls, _SPECIAL)}
@@ -139,6 +140,9 @@ def error_from_problem(
         return errors.InvalidCursor(known, message)
     if name == "IntegrityError" or (special is not None and special.error is errors.IntegrityError):
         return errors.IntegrityError(detail)
+    if name == "BudgetExceeded" or (special is not None and special.error is errors.BudgetExceeded):
+        named = re.match(r"this run's ([a-z_]{1,32}) budget", detail)
+        return errors.BudgetExceeded(detail, dimension=named.group(1) if named else "")
     if name == "TooManyRequests" or status == 429:
         return errors.TooManyRequests(detail, retry_after=retry_after)
     if name in _PLAIN:

@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from refvault.blobs.base import BlobKey
+from refvault.budgets import Budget, BudgetRow
 from refvault.catalog.audit_log import AuditEntry
 from refvault.errors import IdempotencyConflict, RefvaultError
 from refvault.ids import namespace_of
@@ -477,5 +478,21 @@ class Catalog(Protocol):
 
     def evidence_records(self, tenant: str, user: str, session: str, *, limit: int) -> list[EvidenceRecord]:
         """The evidence records of one run (``tenant``/``user``/``session``), oldest first, at most ``limit``."""
+
+    def budget(self, scope: Scope) -> BudgetRow | None:
+        """The run budget of ``scope`` (limits, what servers reserved, when it started), or None."""
+
+    def set_budget(self, scope: Scope, budget: Budget, now: datetime, *, restart: bool = False) -> BudgetRow:
+        """Set the limits of ``scope``'s run; a new run (or ``restart``) starts at ``now`` with nothing spent."""
+
+    def clear_budget(self, scope: Scope) -> bool:
+        """Remove ``scope``'s budget and what it counted; False if it had none."""
+
+    def charge_budget(self, scope: Scope, generation: int, amounts: Mapping[str, int]) -> bool:
+        """Add ``amounts`` to the run's spent counters, all or none, in one atomic conditional write.
+
+        False (nothing changed) if a positive amount would take a counter past its limit, or the run has
+        no budget or another generation. A negative amount (a release) is unconditional, floored at 0.
+        """
 
     def close(self) -> None: ...

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from refvault.blobs.base import BlobKey
+from refvault.budgets import BudgetRow
 from refvault.catalog.audit_log import GENESIS, AuditEntry, by_tenant, seal_all
 from refvault.catalog.base import (
     ApiKey,
@@ -29,6 +30,7 @@ from refvault.catalog.base import (
     replay_or_conflict,
 )
 from refvault.catalog.macs import ManifestKeys, derivation_error, grant_error, manifest_error
+from refvault.catalog.memory_budgets import MemoryBudgets
 from refvault.copies import Hold, LineageRow, Mark, expired_mark, mark_rank
 from refvault.errors import NotFound, RefvaultError, StorageError
 from refvault.model import Scope
@@ -44,7 +46,7 @@ class _Row:
     mac: str | None
 
 
-class MemoryCatalog:
+class MemoryCatalog(MemoryBudgets):
     """A :class:`~refvault.catalog.Catalog` held in process memory."""
 
     def __init__(self, *, manifest_keys: ManifestKeys | None = None) -> None:
@@ -62,6 +64,7 @@ class MemoryCatalog:
         self._marks: dict[tuple[str, str], Mark] = {}
         self._holds: dict[tuple[str, str, str], Hold] = {}  # (tenant, artifact id, hold id)
         self._evidence: list[EvidenceRecord] = []  # every run's evidence records, in order
+        self._budget_rows: dict[Scope, BudgetRow] = {}  # run budgets (refvault.catalog.memory_budgets)
 
     def publish(self, items: Sequence[Publication], make_visible: Callable[[], None]) -> list[Manifest | RefvaultError]:
         with self._lock:

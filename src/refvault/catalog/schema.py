@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
+from refvault.budgets import COUNTED
+
 __all__ = [
     "AUDIT_MIGRATION",
     "LABELS_MIGRATION",
@@ -24,6 +26,7 @@ __all__ = [
     "audit",
     "audit_heads",
     "blobs",
+    "budgets",
     "derivations",
     "evidence",
     "grants",
@@ -261,6 +264,23 @@ evidence = sa.Table(
     sa.Index("ix_refvault_evidence_run", "tenant", "user_name", "session", "seq"),
 )
 
+# Run budgets (refvault.budgets): one row per run (tenant, user, session) with a limit and a spent counter per
+# counted dimension (a NULL limit is unlimited). ``spent_*`` counts what servers reserved for the run; a
+# reservation is one conditional UPDATE (spent + x <= limit), so the catalog never counts past a limit.
+# ``seconds`` is a limit only (microseconds): wall time since ``started_us``. Migration 11.
+budgets = sa.Table(
+    "refvault_budgets",
+    metadata,
+    sa.Column("tenant", sa.String(128), primary_key=True),
+    sa.Column("user_name", sa.String(128), primary_key=True),
+    sa.Column("session", sa.String(128), primary_key=True),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.Column("started_us", sa.BigInteger, nullable=False),
+    sa.Column("limit_seconds_us", sa.BigInteger),
+    *(sa.Column(f"limit_{name}", sa.BigInteger) for name in COUNTED),
+    *(sa.Column(f"spent_{name}", sa.BigInteger, nullable=False, default=0) for name in COUNTED),
+)
+
 migrations = sa.Table(
     "refvault_migrations",
     metadata,
@@ -330,6 +350,11 @@ def _v9(conn: sa.Connection) -> None:
     metadata.create_all(conn, tables=[lineage, marks, holds])
 
 
+def _v11(conn: sa.Connection) -> None:
+    """Run budgets (:mod:`refvault.budgets`)."""
+    metadata.create_all(conn, tables=[budgets])
+
+
 def _v12(conn: sa.Connection) -> None:
     """Runs: the evidence records of decisions (a new table; nothing existing changes)."""
     metadata.create_all(conn, tables=[evidence])
@@ -348,5 +373,6 @@ MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [
     (7, _v7),
     (8, _v8),
     (9, _v9),
+    (11, _v11),
     (12, _v12),
 ]

@@ -116,6 +116,7 @@ from refvault.catalog.rows import (
 )
 from refvault.catalog.schema import api_keys, artifacts, blobs, derivations, holds, lineage, settings
 from refvault.catalog.sql_authority import SqlAuthority
+from refvault.catalog.sql_budgets import SqlBudgets
 from refvault.catalog.sql_lineage import SqlLineage, lineage_rows
 from refvault.catalog.sql_runs import SqlRuns
 from refvault.catalog.statements import (
@@ -155,7 +156,7 @@ POOL_SIZE = 24
 POOL_OVERFLOW = 24
 
 
-class SqlCatalog(SqlAuthority, SqlLineage, SqlRuns):
+class SqlCatalog(SqlAuthority, SqlLineage, SqlBudgets, SqlRuns):
     """A :class:`~refvault.catalog.Catalog` in a SQL database reached by a SQLAlchemy URL."""
 
     @classmethod

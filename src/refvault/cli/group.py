@@ -47,6 +47,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "grants": ("refvault.cli.share", "grants"),
     "revoke": ("refvault.cli.share", "revoke"),
     "policy": ("refvault.cli.policy", "policy"),
+    "usage": ("refvault.cli.budget", "usage"),
+    "budget": ("refvault.cli.budget", "budget"),
     "redact": ("refvault.cli.copies", "redact"),
     "receipt": ("refvault.cli.copies", "receipt"),
     "lineage": ("refvault.cli.copies", "lineage"),

@@ -8,17 +8,20 @@ by every artifact with the same bytes in the tenant.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from refvault.errors import InvalidArgument, UnsupportedRead
+from refvault.errors import BudgetExceeded, InvalidArgument, UnsupportedRead
 from refvault.ids import namespace_of
 from refvault.model import Descriptor, Scope
 from refvault.operations import RecordSet, field_kind
 from refvault.read._access import base_type, readable
+from refvault.read.metering import charge
 from refvault.read.record_engine import INDEX, Engine, engine_of, ident, sql_path
+from refvault.vault.budgeting import uncharged
 
 if TYPE_CHECKING:
     import duckdb
@@ -80,7 +83,11 @@ def run_derive(vault: Vault, scope: Scope, artifact_id: str) -> RecordSet:
     if derivation is None:
         engine = engine_of(vault)
         with engine.once((namespace_of(scope.tenant), descriptor.content_hash)):  # per tenant: no shared waits
-            derivation = vault.derived(scope, artifact_id, kind) or _build(vault, scope, descriptor, fmt, engine)
+            derivation = vault.derived(scope, artifact_id, kind)
+            if derivation is None:
+                charge(vault, scope, recomputations=1)  # the run's budget: before the index is built
+                with uncharged():  # the build reads the source as a recomputation, not as a read call
+                    derivation = _build(vault, scope, descriptor, fmt, engine)
     return _record_set(descriptor, derivation)
 
 
@@ -276,5 +283,6 @@ def capture_records(vault: Vault, scope: Scope, table_or_frame: object, **put_op
         with open(target, "rb") as data:
             descriptor = vault.put(scope, data, media_type=PARQUET, **put_options)
     if descriptor.disclosure == "model":
-        run_derive(vault, scope, descriptor.artifact_id)
+        with contextlib.suppress(BudgetExceeded):  # no recomputation left: the first query builds it
+            run_derive(vault, scope, descriptor.artifact_id)
     return descriptor

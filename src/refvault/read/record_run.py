@@ -20,10 +20,11 @@ from typing import Any
 
 from refvault.errors import InvalidQuery, StorageError
 from refvault.operations import RecordSet
+from refvault.read.metering import ScanMeter
 from refvault.read.record_engine import INDEX, Engine, ident
 from refvault.read.record_select import Selection, Sql
 
-__all__ = ["FIRST_SEGMENT", "Page", "Run"]
+__all__ = ["FIRST_SEGMENT", "Page", "Run", "page_tokens", "within_budget"]
 
 FIRST_SEGMENT = 1 << 18  # records of the first segment an unordered scan reads (each next one is twice as long)
 
@@ -155,6 +156,55 @@ class Run:
         rows = rows[: self.sel.limit]
         next_position = {"after": rows[-1][0], "end": end} if more else None
         return Page(rows, end - self.sel.start, not partial, next_position, omissions)
+
+
+_SCAN_BUDGET = ("not scanned: the query stopped at its scan budget", "not scanned: the query's scan budget")
+_RUN_SCAN = "not scanned: the run's scanned_records budget"
+_RUN_TOKENS = "not returned: the run's returned_tokens budget"
+
+
+def page_tokens(selection: Selection) -> int:
+    """The tokens a query reserves for its page up front (more is asked for if its records need it)."""
+    return selection.limit * 64
+
+
+def within_budget(page: Page, meter: ScanMeter, max_scan: int | None, selection: Selection) -> str | None:
+    """Fit ``page`` to the run's budget and say what stopped it: ``"budget"``, ``"scan_limit"``, ``"time"``
+    or None (complete).
+
+    A scan the run's scanned_records budget cut says so in its omission; records the run's returned_tokens
+    budget has no room for are left out from the first that does not fit, with a position to go on from
+    there (``scan_complete`` false): never a silent cut.
+    """
+    stopped: str | None = None
+    if not page.scan_complete:
+        cut = meter.limit is not None and (max_scan is None or meter.limit < max_scan)
+        for omission in page.omissions:
+            if omission.get("reason") in _SCAN_BUDGET:
+                stopped = "budget" if cut else "scan_limit"
+                if cut:
+                    omission["reason"] = _RUN_SCAN
+        stopped = stopped or "time"
+    if meter.tokens is None:
+        return stopped
+    kept = 0
+    for index, record in page.rows:
+        if not meter.tokens.take(json.dumps([index, record], sort_keys=True, separators=(",", ":"), default=str)):
+            break
+        kept += 1
+    if kept == len(page.rows):
+        return stopped
+    resume = page.rows[kept][0]
+    ordered = bool(selection.order)
+    page.rows = page.rows[:kept]
+    if ordered:
+        end = selection.start + page.scanned
+        page.next_position = {"after": page.rows[-1][0], "end": end} if page.rows else {"end": end}
+    else:
+        page.next_position = {"from": resume}
+    page.scan_complete = False
+    page.omissions.append({"record_range": [resume, selection.end], "reason": _RUN_TOKENS})
+    return "budget"
 
 
 def _plain(value: Any, sql_type: str) -> Any:

@@ -70,6 +70,7 @@ from refvault.operations import QueryRequest, RecordSet, RecordSetRequest
 from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
 from refvault.read import cursors
 from refvault.read._access import acting, coverage, readable
+from refvault.read.metering import ScanMeter
 from refvault.read.record_derive import KIND, capture_records, run_derive, run_derived_records
 from refvault.read.record_derive import PARQUET as PARQUET
 from refvault.read.record_derive import derivation_of as derivation_of
@@ -77,7 +78,7 @@ from refvault.read.record_derive import kind_for as kind_for
 from refvault.read.record_engine import INDEX, Engine, engine_of
 from refvault.read.record_keys import Keys, checked_cursor, ring_of, rotate_cursor_keys
 from refvault.read.record_run import FIRST_SEGMENT as FIRST_SEGMENT
-from refvault.read.record_run import Run
+from refvault.read.record_run import Run, page_tokens, within_budget
 from refvault.read.record_select import select
 from refvault.vault.audit_trail import engine_read, excerpt_of
 
@@ -207,9 +208,16 @@ def run_query(vault: Vault, scope: Scope, artifact_id: str, request: QueryReques
         derivation = vault.derived(scope, artifact_id, f"{KIND}:{records.source_format}")
         if derivation is None:  # collected between derive() and now: the artifact itself is gone
             raise NotFound(artifact_id)
+        wanted = selection.end - selection.start  # the most this page can scan; and return: its limit's worth
+        meter = ScanMeter.start(
+            vault, scope, wanted, request.max_seconds, dimension="scanned_records", tokens=page_tokens(selection)
+        )
+        max_scan = request.max_scan if meter.limit is None else min(request.max_scan or wanted, meter.limit)
         with engine.view(vault, scope, artifact_id, derivation) as view:
-            run = Run(engine, view, records, selection, position, request.max_seconds, request.max_scan)
+            run = Run(engine, view, records, selection, position, meter.seconds, max_scan)
             page = run.ordered() if selection.order else run.by_index()
+        stopped_by = within_budget(page, meter, request.max_scan, selection)
+        meter.settle(records=page.scanned)
     rows_text = json.dumps(
         [[index, record] for index, record in page.rows], sort_keys=True, separators=(",", ":"), default=str
     )
@@ -236,6 +244,7 @@ def run_query(vault: Vault, scope: Scope, artifact_id: str, request: QueryReques
         "source_snapshot_id": None if snapshot is None else str(snapshot),
         "selection": normal,
         "scan_complete": page.scan_complete,
+        "stopped_by": stopped_by,
         "scanned_records": page.scanned,
         "returned_records": len(page.rows),
         "total_records": records.count,

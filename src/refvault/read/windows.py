@@ -52,6 +52,7 @@ from refvault.model import Descriptor, Scope
 from refvault.operations import GrepRequest, WindowRequest
 from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
 from refvault.read._access import acting, coverage, is_records, is_text, readable
+from refvault.read.metering import ScanMeter, TokenMeter, charge
 from refvault.vault.audit_trail import engine_read, excerpt_of
 
 if TYPE_CHECKING:
@@ -179,6 +180,8 @@ def run_window(vault: Vault, scope: Scope, artifact_id: str, request: WindowRequ
             body = _byte_window(vault, scope, descriptor, *byte_span, limit)
         else:
             body = _line_window(vault, scope, descriptor, *request.line_span, limit)
+    scanned = descriptor.size if request.byte_span is None else body["end"] - body["start"]  # a line window counts all
+    charge(vault, scope, read_calls=1, scanned_bytes=scanned, returned_tokens=body["text"])  # before it is returned
     excerpt, size = excerpt_of(body["text"])
     selection = f"window {body['unit']} {body['start']}-{body['end']}"
     vault.audit_read("window", scope, descriptor, selection=selection, excerpt_hash=excerpt, bytes=size)
@@ -342,11 +345,16 @@ def _clean(text: str) -> str:
     return _shown(text.replace("\r\n", "\n"))[0]
 
 
-def _pieces(stream: ArtifactStream, line: int) -> Iterator[_Piece]:
-    """Decode from the stream position (the start of ``line``) in batches of whole lines, bounded in memory."""
+def _pieces(stream: ArtifactStream, line: int, meter: ScanMeter) -> Iterator[_Piece]:
+    """Decode from the stream position (the start of ``line``) in batches of whole lines, bounded in memory.
+
+    Where the run's budget cut the bytes (``meter.cut``) the rest is not a line's end: it is not yielded.
+    """
     decoder, carry, segment = _decoder(), "", 0
     while True:
         block = stream.read(_BLOCK)
+        if not block and meter.cut:
+            return
         text = carry + decoder.decode(block, final=not block)
         cut = text.rfind("\n")
         carry = text if cut < 0 else text[cut + 1 :]
@@ -390,6 +398,8 @@ class _Scan:
     head: str = ""  # start of the current long line
     hit: bool = False  # the current long line has matched
     tail: str = ""  # overlap carried between a long line's segments (literal search)
+    tokens: TokenMeter | None = None  # the run's returned_tokens budget, when it has one
+    by_budget: bool = False  # the run's budget stopped the scan
 
     def feed(self, piece: _Piece) -> None:
         if _clock() >= self.deadline:
@@ -435,7 +445,11 @@ class _Scan:
             self.done_to = piece.line + 1
 
     def _add(self, match: dict[str, Any]) -> bool:
-        """Record a match; True when the match cap is reached (the scan stops after this line)."""
+        """Record a match; True when the match cap is reached (the scan stops after this line) or the run's
+        returned_tokens budget has no room for it (the scan stops before this line)."""
+        if self.tokens is not None and not self.tokens.take(match["text"]):
+            self.done_to, self.stopped, self.by_budget = match["line"], True, True
+            return True
         self.matches.append(match)
         if len(self.matches) < self.quota:
             return False
@@ -539,13 +553,20 @@ def run_grep(vault: Vault, scope: Scope, artifact_id: str, request: GrepRequest)
         descriptor = _text_artifact(vault, scope, artifact_id, "grep")
         con = _connect(checked) if regex else None
         try:
-            scan = _Scan(checked, regex, request.max_matches, _clock() + request.max_seconds, con, done_to=first)
-            total = _run(vault, scope, descriptor, scan, first)
+            tokens = request.max_matches * MATCH_CHARS  # the most its matches can cost
+            meter = ScanMeter.start(vault, scope, descriptor.size, request.max_seconds, tokens=tokens)
+            scan = _Scan(checked, regex, request.max_matches, _clock() + meter.seconds, con, done_to=first)
+            scan.tokens = meter.tokens
+            total = _run(vault, scope, descriptor, scan, first, meter)
         finally:
             if con is not None:
                 con.close()
+        meter.settle()
     complete = total is not None and scan.partial == 0
     scanned = scan.done_to - first if total is None else max(0, total - first)
+    stopped_by = (
+        None if complete else "budget" if scan.by_budget or meter.cut else "matches" if scan.truncated else "time"
+    )
     # the matched lines' text, one per line: what left (never the pattern, which is the caller's text)
     excerpt, size = excerpt_of("\n".join(str(match["text"]) for match in scan.matches))
     vault.audit_read(
@@ -568,23 +589,31 @@ def run_grep(vault: Vault, scope: Scope, artifact_id: str, request: GrepRequest)
         "scanned_lines": scanned,
         "total_lines": total,
         "scan_complete": complete,
+        "stopped_by": stopped_by,
+        "scanned_bytes": meter.scanned,
         "partial_lines": scan.partial,
         "truncated": scan.truncated,
         "next": {"from_line": scan.done_to} if total is None else None,
     }
 
 
-def _run(vault: Vault, scope: Scope, d: Descriptor, scan: _Scan, first: int) -> int | None:
-    """Feed the artifact's lines from ``first`` to ``scan``; the total line count if the scan reached the end."""
-    with vault.stream(scope, d.artifact_id) as stream:
+def _run(vault: Vault, scope: Scope, d: Descriptor, scan: _Scan, first: int, meter: ScanMeter) -> int | None:
+    """Feed the artifact's lines from ``first`` to ``scan``; the total line count if the scan reached the end.
+
+    The run's scanned_bytes budget caps the bytes read (``meter``): a scan it cuts stops, undecided lines unfed.
+    """
+    with vault.stream(scope, d.artifact_id) as opened:
+        stream = meter.wrap(opened)
         begin, seen = _seek_line(stream, first)
+        if meter.cut:
+            return None
         if begin is None or begin >= d.size:
             return seen + _ends_open(stream, d.size)
         stream.seek(begin)
         line = first
-        for piece in _pieces(stream, first):
+        for piece in _pieces(stream, first, meter):
             scan.feed(piece)
             if scan.stopped:
                 return None
             line = piece.line + (piece.text.count("\n") + 1 if piece.segment is None else int(piece.last))
-        return line
+        return None if meter.cut else line

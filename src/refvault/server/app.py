@@ -58,6 +58,7 @@ from refvault.server import (
     content,
     routes_artifacts,
     routes_audit,
+    routes_budget,
     routes_copies,
     routes_grants,
     routes_links,
@@ -116,6 +117,7 @@ _ROUTERS = (  # in the schema's order of paths
     routes_runs.router,
     routes_audit.router,
     routes_policy.router,
+    routes_budget.router,
 )
 
 

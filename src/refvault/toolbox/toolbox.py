@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
+from refvault.budgets import Budget
 from refvault.errors import BadRef, InvalidArgument, InvalidType, PolicyDenied, RefvaultError
 from refvault.ids import is_artifact_id
 from refvault.limits import DEFAULT_OFFLOAD_TOKENS, MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS
@@ -114,6 +115,7 @@ class Toolbox:
         guard: Guard | None = DEFAULT,
         model: str | None = None,
         purpose: str = "default",
+        budget: Budget | None = None,
     ) -> None:
         """``read_tools`` registers describe/list/read/query/load_artifacts; offloading needs them.
 
@@ -122,6 +124,11 @@ class Toolbox:
         the Toolbox makes. The read tools and ``load_artifacts`` read for the model; a ``Ref``
         is resolved, and a tool's :class:`ToolContext` reads, for ``tool:<tool name>``. The
         tenant's policy decides each (:mod:`refvault.policy`).
+
+        ``budget`` (:class:`~refvault.Budget`) is set, the first time this Toolbox serves a scope, as
+        that run's budget (what it already spent is kept): every put, read, scan, load and ``Ref``
+        resolution of its calls is charged to it, and a call over budget is an error observation
+        (``BudgetExceeded``) or an incomplete scan (``stopped_by: "budget"``).
 
         ``offload_tokens`` is the default threshold above which a result is
         offloaded (None: never); ``preview_chars`` bounds each preview.
@@ -143,7 +150,11 @@ class Toolbox:
         check_purpose(purpose)
         if model is not None:
             check_recipient("model:" + model if isinstance(model, str) else None)  # a name a recipient allows
+        if budget is not None and not isinstance(budget, Budget):
+            raise InvalidArgument("budget must be a refvault.Budget(...) or None")
         self.vault = vault
+        self.budget = budget
+        self._budgeted: set[Scope] = set()  # the scopes this Toolbox has set its budget for
         self.model = model
         self.purpose = purpose
         self.ref_pattern = ref_pattern
@@ -453,6 +464,10 @@ class Toolbox:
         run_id: str | None,
         tool_call_id: str | None,
     ) -> Observation | Prepared:
+        if self.budget is not None and isinstance(scope, Scope) and scope not in self._budgeted:
+            self.vault.set_budget(scope, self.budget)  # once per scope: the run's spend so far is kept
+            with self._lock:
+                self._budgeted.add(scope)
         tool = self._tools.get(name)
         if tool is None:
             shown = name if len(name) <= 64 else name[:64] + "…"

@@ -13,6 +13,7 @@ from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias, Unpack
 
+from refvault.budgets import Budget, Usage
 from refvault.catalog.audit_log import AuditEntry, AuditReport, DisclosureEntry
 from refvault.copies import DeletionReport, Hold, LineageGraph, LineageStatus, Receipt
 from refvault.model import Descriptor, Disclosure, Grant, Principal, Scope
@@ -100,6 +101,18 @@ class AsyncVault:
     async def policy(self, tenant: str) -> Policy | None:
         """:meth:`Vault.policy <refvault.Vault.policy>`."""
         return await asyncio.to_thread(self.vault.policy, tenant)
+
+    async def set_budget(self, scope: Scope, budget: Budget, *, restart: bool = False) -> Usage:
+        """:meth:`Vault.set_budget <refvault.Vault.set_budget>`."""
+        return await asyncio.to_thread(partial(self.vault.set_budget, scope, budget, restart=restart))
+
+    async def clear_budget(self, scope: Scope) -> bool:
+        """:meth:`Vault.clear_budget <refvault.Vault.clear_budget>`."""
+        return await asyncio.to_thread(self.vault.clear_budget, scope)
+
+    async def usage(self, scope: Scope) -> Usage:
+        """:meth:`Vault.usage <refvault.Vault.usage>`."""
+        return await asyncio.to_thread(self.vault.usage, scope)
 
     async def delete(self, scope: Scope, artifact_id: str, *, cascade: bool = False) -> DeletionReport:
         """:meth:`Vault.delete <refvault.Vault.delete>` (with ``cascade``, its copies too) and its report."""

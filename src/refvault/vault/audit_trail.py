@@ -42,7 +42,9 @@ __all__ = [
     "LedgerStream",
     "WRITTEN",
     "disclosures",
+    "appender_of",
     "engine_read",
+    "in_engine_read",
     "entries_of",
     "entry_of",
     "raw_entry",
@@ -67,6 +69,11 @@ def engine_read() -> Iterator[None]:
         yield
     finally:
         _ENGINE_READ.reset(token)
+
+
+def in_engine_read() -> bool:
+    """Whether the current vault read is made by a read engine (inside :func:`engine_read`)."""
+    return _ENGINE_READ.get()
 
 
 WRITTEN = "_audit_written"
@@ -131,6 +138,15 @@ def raw_entry(
 
 
 RawEntry = tuple[datetime, str, object, object, str, dict[str, Any], bool]
+
+
+def appender_of(catalog: Catalog) -> Callable[[Sequence[RawEntry]], object]:
+    """What a vault's audit appender runs on each batch: make the entries, then chain and store them."""
+
+    def append(raws: Sequence[RawEntry]) -> object:
+        return catalog.append_audit(entries_of(raws))
+
+    return append
 
 
 def entries_of(raws: Sequence[RawEntry]) -> list[AuditEntry]:

@@ -38,7 +38,7 @@ import contextlib
 import hashlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -69,8 +69,7 @@ from refvault.vault.audit_trail import (
     WRITTEN,
     AuditTrail,
     LedgerStream,
-    RawEntry,
-    entries_of,
+    appender_of,
     entry_of,
     raw_entry,
 )
@@ -81,6 +80,7 @@ from refvault.vault.authority import (
     permitted,
     rechecker,
 )
+from refvault.vault.budgeting import Budgets
 from refvault.vault.commit import GroupCommit, Pending
 from refvault.vault.copies import Copies
 from refvault.vault.grants import Sharing, shared_manifests
@@ -117,7 +117,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Runs):
+class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Budgets, Runs):
     """Stores artifacts once and serves verified, scoped reads of them.
 
     Thread-safe: one vault may serve many threads; concurrent puts share
@@ -146,7 +146,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Ru
         self._audit_sinks: list[Callable[[AuditRecord], None]] = []
         # The persistent audit log (refvault.catalog.audit_log): reads are appended in batches.
         persistent = audit and not getattr(catalog, "read_only", False)
-        self._audit_log = AuditAppender(_appender(catalog)) if persistent else None
+        self._audit_log = AuditAppender(appender_of(catalog)) if persistent else None
         self._closed = False
         self.location: Path | None = None  # the embedded store's root directory, when there is one
         self._attachments: dict[str, Any] = {}
@@ -458,7 +458,8 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Ru
             put_facts = {"content_hash": "sha256:" + got.digest}
             entry = entry_of(now, "put", owner, manifest.artifact_id, "ok", put_facts)
         requires = checked.recorded_derived_from() if made else ()  # a copy the vault makes needs its sources
-        stored = self._committer.submit(Pending(Publication(manifest, record, entry, requires), got.writer))
+        with self._put_charged(owner, got.size, got.writer, checked.idempotency_key):  # the run's budget
+            stored = self._committer.submit(Pending(Publication(manifest, record, entry, requires), got.writer))
         descriptor = stored.descriptor() if stored.origin is None else self.with_status(stored)
         facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)
         facts[WRITTEN] = entry is not None and stored.artifact_id == manifest.artifact_id
@@ -530,6 +531,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Ru
                     data = blob.read_range(offset, blob.size if length is None else length)
             finally:
                 blob.close()
+            self._charge_read(scope, data)  # the run's budget: before any byte is returned
             facts.update(content_hash="sha256:" + blob.record.key.digest, byte_range=(offset, offset + len(data)))
             if self._audit_log is not None:  # the disclosure ledger: the SHA-256 of exactly the bytes returned
                 whole = len(data) == blob.size  # all of them: that is the content hash, verified as they were read
@@ -592,6 +594,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Ru
         try:
             with self._audited("read", scope, artifact_id) as facts:
                 manifest, blob = self._open(scope, artifact_id, purpose, recipient, facts)
+                self._charge_stream(scope, blob.size)  # the run's budget
                 facts.update(content_hash="sha256:" + manifest.digest, byte_range=(0, blob.size))
                 facts["selection"] = f"stream opened on bytes 0-{blob.size}"  # what it returns is recorded at close
                 opened = dict(facts)
@@ -767,15 +770,6 @@ def _naming(artifact_id: str) -> Iterator[None]:
             f"artifact {shown_id(artifact_id)} failed verification: its derived-data record fails its MAC",
             kind="manifest",
         ) from None
-
-
-def _appender(catalog: Catalog) -> Callable[[Sequence[RawEntry]], object]:
-    """What the audit appender runs on each batch: make the entries, then chain and store them."""
-
-    def append(raws: Sequence[RawEntry]) -> object:
-        return catalog.append_audit(entries_of(raws))
-
-    return append
 
 
 def _checked_scope(scope: object) -> Scope:

@@ -145,6 +145,7 @@ class Derivatives(CopiesHost):
                 f"artifact {source.artifact_id} is {source.size} bytes; redaction takes at most "
                 f"{limits.MAX_REDACT_BYTES} bytes"
             )
+        self.charge(owner, recomputations=1)  # the owner's run: a new derivative is computed
         data = self._verified_bytes(source)
         outcome = redact_bytes(data, media_type=source.media_type, redactor=redactor, fields=paths)
         spec = REDACTORS[redactor]
