@@ -79,7 +79,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from refvault.errors import Expired, IntegrityError, InvalidArgument, InvalidId, InvalidMetadata, NotFound
+from refvault.budgets import COUNTED, Usage
+from refvault.errors import (
+    BudgetExceeded,
+    Expired,
+    IntegrityError,
+    InvalidArgument,
+    InvalidId,
+    InvalidMetadata,
+    NotFound,
+)
 from refvault.model import Descriptor, Scope, format_time, parse_time
 from refvault.runs import MAX_EXPLANATION, EvidenceRecord, EvidenceRequest, Substitution
 
@@ -318,7 +327,10 @@ def reacquire(
     as it was) or when none of the old verdict's reasons is one a newer observation answers
     (:data:`SUBSTITUTABLE`). Either way one :class:`~refvault.runs.EvidenceRecord` is stored (``substituted``:
     old id → new id, the old reasons, the decision time, what the acquisition charged the run's budget; or
-    ``refused``) and returned in the :class:`~refvault.runs.Substitution`. A satisfied verdict has nothing to
+    ``refused``) and returned in the :class:`~refvault.runs.Substitution`. ``charged`` is, when the run has a
+    budget, what its usage grew by while acquiring and judging the new evidence, per counted dimension
+    (else the bytes acquired). An acquisition the run's budget refuses (:class:`~refvault.errors.BudgetExceeded`,
+    nothing stored) is a recorded refusal too. A satisfied verdict has nothing to
     replace (:class:`~refvault.errors.InvalidArgument`).
     """
     if not isinstance(verdict, Verdict) or not isinstance(requirement, Requirement):
@@ -336,24 +348,19 @@ def reacquire(
     elif not fixable:
         refusal = f"a newer observation does not answer {_listed(list(verdict.codes))}"
     if refusal is not None:
-        refused = EvidenceRequest(
-            kind="refused",
-            decision=decision,
-            artifact_id=verdict.artifact_id,
-            decided_at=at,
-            satisfied=False,
-            reasons=verdict.codes,
-            explanation=refusal,
-        )
-        stored = vault.record_evidence(scope, refused)
-        return Substitution("refused", verdict.artifact_id, None, verdict.codes, refusal, at, {}, stored)
-    acquired = acquire()
+        return _refuse(vault, scope, verdict, decision, refusal)
+    before = vault.usage(scope)
+    try:
+        acquired = acquire()
+    except BudgetExceeded as exc:  # nothing was stored: the run cannot pay for a newer observation
+        refusal = f"the run's budget refused the acquisition ({exc.dimension or 'a budget dimension'} exhausted)"
+        return _refuse(vault, scope, verdict, decision, refusal)
     new_id = acquired.artifact_id if isinstance(acquired, Descriptor) else acquired
     if not isinstance(new_id, str) or new_id == verdict.artifact_id:
         raise InvalidArgument("acquire must return the id (or descriptor) of a new artifact")
     reading = None if read is None else (lambda: read(new_id))
     new_verdict = _reread(vault, scope, new_id, requirement, at=at, read=reading)
-    charged = _charged(vault, scope, new_id)
+    charged = _charged(vault, scope, new_id, before)
     outcome = "satisfies the decision" if new_verdict.satisfied else f"still fails: {_listed(list(new_verdict.codes))}"
     explanation = (
         f"{verdict.artifact_id} was refused ({_listed(fixable)}); decision {decision!r} permits newer observations, "
@@ -376,8 +383,28 @@ def reacquire(
     )
 
 
-def _charged(vault: VaultContract, scope: Scope, new_id: str) -> dict[str, int]:
-    """What acquiring ``new_id`` cost the run: the bytes it acquired (0 if the caller cannot describe it)."""
+def _refuse(vault: VaultContract, scope: Scope, verdict: Verdict, decision: str, refusal: str) -> Substitution:
+    """Record a refused reacquisition of the evidence ``verdict`` judged, and say so."""
+    refused = EvidenceRequest(
+        kind="refused",
+        decision=decision,
+        artifact_id=verdict.artifact_id,
+        decided_at=verdict.evaluated_at,
+        satisfied=False,
+        reasons=verdict.codes,
+        explanation=refusal,
+    )
+    stored = vault.record_evidence(scope, refused)
+    return Substitution("refused", verdict.artifact_id, None, verdict.codes, refusal, verdict.evaluated_at, {}, stored)
+
+
+def _charged(vault: VaultContract, scope: Scope, new_id: str, before: Usage) -> dict[str, int]:
+    """What acquiring and judging ``new_id`` cost the run: with a budget, what its usage grew by in every
+    counted dimension (the acquisition, the re-hash, the read); without one, the bytes acquired."""
+    if before.budget is not None:
+        after = vault.usage(scope)
+        grown = {name: int(after.spent[name] - before.spent[name]) for name in COUNTED}
+        return {name: amount for name, amount in grown.items() if amount > 0}
     try:
         return {"acquired_bytes": vault.describe(scope, new_id).size}
     except (NotFound, InvalidId, Expired):

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from refvault import Scope, Vault, read
+from refvault import Budget, Scope, Vault, read
 from refvault.errors import InvalidArgument
 from refvault.evidence import Requirement, reacquire, record, reread
 from refvault.policy import Policy, Rule
@@ -237,3 +237,33 @@ def test_a_bad_record_is_refused_and_nothing_stored(vault: Vault, change: dict[s
     with pytest.raises(InvalidArgument, match=message):
         vault.record_evidence(RUN, EvidenceRequest(**fields))  # type: ignore[arg-type]
     assert vault.replay_packet(RUN, RUN.session).records == ()
+
+
+def test_a_substitution_records_what_it_charged_the_runs_budget(vault: Vault) -> None:
+    vault.set_budget(RUN, Budget(acquired_bytes=100_000, read_calls=50))
+    old = _capture(vault, RUN, DECIDED - timedelta(hours=2))
+    verdict = reread(vault, RUN, old, NEED, at=DECIDED)
+    before = vault.usage(RUN).spent
+    outcome = reacquire(
+        vault, RUN, verdict, NEED, acquire=lambda: _capture(vault, RUN, DECIDED), decision="d", read=_query(vault, RUN)
+    )
+    after = vault.usage(RUN).spent
+    assert outcome.new_id is not None
+    size = vault.describe(RUN, outcome.new_id).size
+    assert outcome.charged["acquired_bytes"] == size
+    assert outcome.charged["read_calls"] >= 1  # the query the decision rests on
+    assert outcome.charged == {k: after[k] - before[k] for k in outcome.charged}
+    assert outcome.record.charged == outcome.charged
+
+
+def test_an_acquisition_the_budget_refuses_is_a_recorded_refusal(vault: Vault) -> None:
+    old = _capture(vault, RUN, DECIDED - timedelta(hours=2))
+    verdict = reread(vault, RUN, old, NEED, at=DECIDED)
+    vault.set_budget(RUN, Budget(acquired_bytes=10))
+    kept = [d.artifact_id for d in vault.list(RUN)]
+    outcome = reacquire(vault, RUN, verdict, NEED, acquire=lambda: _capture(vault, RUN, DECIDED), decision="d")
+    assert outcome.status == "refused"
+    assert "budget" in outcome.explanation
+    assert "acquired_bytes" in outcome.explanation
+    assert [d.artifact_id for d in vault.list(RUN)] == kept  # nothing stored
+    assert [r.kind for r in vault.replay_packet(RUN, RUN.session).records] == ["refused"]
