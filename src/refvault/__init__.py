@@ -78,6 +78,7 @@ _EXPORTS = {
     "LineageGraph": "refvault.copies",
     "LineageNode": "refvault.copies",
     "Receipt": "refvault.copies",
+    "verify_excerpt": "refvault.proofs",
 }
 
 __all__ = [
@@ -137,6 +138,7 @@ __all__ = [
     "errors",
     "evidence",
     "read",
+    "verify_excerpt",
 ]
 
 if TYPE_CHECKING:
@@ -175,6 +177,7 @@ if TYPE_CHECKING:
         UnsupportedRead,
     )
     from refvault.model import Descriptor, Grant, Principal, Scope
+    from refvault.proofs import verify_excerpt
     from refvault.toolbox.ref import Ref
     from refvault.toolbox.toolbox import Artifact, Observation, Toolbox, ToolContext, ToolEvent
     from refvault.vault.aio import AsyncVault

@@ -69,7 +69,7 @@ from refvault.model import Scope
 from refvault.operations import QueryRequest, RecordSet, RecordSetRequest
 from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
 from refvault.read import cursors
-from refvault.read._access import acting, coverage, readable
+from refvault.read._access import acting, coverage, readable, whole_object_proof
 from refvault.read.record_derive import KIND, capture_records, run_derive, run_derived_records
 from refvault.read.record_derive import PARQUET as PARQUET
 from refvault.read.record_derive import derivation_of as derivation_of
@@ -100,6 +100,10 @@ _Engine = Engine
 _engine = engine_of
 _Keys = Keys
 _ring = ring_of
+_RECORDS_REPRESENTATION = (
+    "records parsed from the stored bytes (JSON values, not bytes); the proof covers the whole object they were "
+    "parsed from: check it with the whole artifact"
+)
 CURSOR_TTL = dt.timedelta(seconds=CURSOR_TTL_SECONDS)
 
 
@@ -210,6 +214,7 @@ def run_query(vault: Vault, scope: Scope, artifact_id: str, request: QueryReques
         with engine.view(vault, scope, artifact_id, derivation) as view:
             run = Run(engine, view, records, selection, position, request.max_seconds, request.max_scan)
             page = run.ordered() if selection.order else run.by_index()
+        proved = whole_object_proof(vault, scope, descriptor, _RECORDS_REPRESENTATION)
     rows_text = json.dumps(
         [[index, record] for index, record in page.rows], sort_keys=True, separators=(",", ":"), default=str
     )
@@ -243,4 +248,5 @@ def run_query(vault: Vault, scope: Scope, artifact_id: str, request: QueryReques
         "next_cursor": next_cursor,
         "omissions": [*coverage(descriptor)["omissions"], *page.omissions],
         "records": [{"index": index, "record": record} for index, record in page.rows],
+        **proved,
     }
