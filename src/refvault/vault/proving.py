@@ -51,6 +51,7 @@ class ProvedRange:
     offset: int
     size: int
     root: bytes
+    _chunk_size: int = field(repr=False)
     _chunk_roots: list[bytes] = field(repr=False)
     _leaves: dict[int, list[bytes]] = field(repr=False)
     _aligned: bytes = field(repr=False)
@@ -68,7 +69,7 @@ class ProvedRange:
             size=self.size,
             offset=offset,
             length=length,
-            chunk_size=CHUNK_SIZE,
+            chunk_size=self._chunk_size,
             chunk_roots=self._chunk_roots,
             chunk_leaves=self._leaves.__getitem__,
             read=lambda at, n: self._aligned[at - base : at - base + n],
@@ -124,6 +125,7 @@ class ProvingHost:
 def _proved(blob: VerifiedBlob, offset: int, length: int) -> ProvedRange:
     """Read ``[offset, offset + length)`` (clipped) from ``blob`` with what proving its sub-ranges needs."""
     root, chunk_roots = blob.merkle()
+    step = CHUNK_SIZE if blob.record.inline is not None else blob.chunk_size  # an inline blob is one chunk
     end = min(blob.size, offset + length)
     offset = min(offset, end)
     lo = offset // LEAF_SIZE * LEAF_SIZE
@@ -131,10 +133,10 @@ def _proved(blob: VerifiedBlob, offset: int, length: int) -> ProvedRange:
     aligned = blob.read_range(lo, hi - lo) if hi > lo else b""
     leaves: dict[int, list[bytes]] = {}
     if hi > lo:
-        for index in range(lo // CHUNK_SIZE, (hi - 1) // CHUNK_SIZE + 1):
+        for index in range(lo // step, (hi - 1) // step + 1):
             leaves[index] = blob.chunk_leaves(index)
     data = aligned[offset - lo : end - lo]
-    return ProvedRange(data, offset, blob.size, root, chunk_roots, leaves, aligned, lo)
+    return ProvedRange(data, offset, blob.size, root, step, chunk_roots, leaves, aligned, lo)
 
 
 class Proving(ProvingHost):

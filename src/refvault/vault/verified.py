@@ -167,7 +167,7 @@ class VerifiedBlob:
     def _gained(self, digests: bytes | None, roots: bytes | None) -> None:
         """Record chunk digests and Merkle roots computed in a pass whose content hash matched (best effort:
         a later reader derives them again)."""
-        if digests is not None and not self.record.chunk_digests:
+        if digests is not None and not self.record.chunk_digests and self.record.chunk_roots is None:
             self.record = replace(self.record, chunk_digests=digests)
             with contextlib.suppress(StorageError):
                 self._catalog.record_chunks(self.record.key, self.chunk_size, digests)
