@@ -242,7 +242,7 @@ def _check(excerpt: bytes, offset: int, proof: Mapping[str, Any], root: str) -> 
 def verify_excerpt(excerpt: bytes, *, offset: int, proof: Mapping[str, Any], root: str) -> bool:
     """True iff ``excerpt`` is exactly the bytes at ``offset`` of the object whose Merkle root is ``root``.
 
-    Needs nothing but its arguments: no vault, no network, only hashlib. ``root`` is the hex root the
+    Needs nothing but its arguments: no vault, no network, only hashlib. ``root`` is the lower-case hex root the
     recipient trusts (e.g. ``retrieval.integrity.merkle_root`` of a descriptor it has from the vault);
     ``proof`` is the ``proof`` object of a read result. Any malformed proof (a missing or mistyped field,
     bad base64 or hex, too few or too many hashes) gives False; this never raises.

@@ -559,7 +559,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Pr
         reads. Audited once, as a ``read``. The caller closes the stream.
         """
         manifest, stream = self._stream(scope, artifact_id, purpose, recipient)
-        return manifest.descriptor(), stream
+        return with_integrity(manifest.descriptor(), stream.record), stream
 
     def verify_artifact(
         self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT

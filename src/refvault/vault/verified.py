@@ -255,6 +255,11 @@ class ArtifactStream(io.RawIOBase):
     def size(self) -> int:
         return self._blob.size
 
+    @property
+    def record(self) -> BlobRecord:
+        """The blob record the stream verifies against (its Merkle root among it)."""
+        return self._blob.record
+
     def readable(self) -> bool:
         return True
 
