@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/redaction.py
 	$(BIN)/python bench/lineage.py
 	$(BIN)/python bench/budgets.py
+	$(BIN)/python bench/proofs.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples

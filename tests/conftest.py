@@ -96,13 +96,20 @@ class Tamper:
         assert isinstance(blobs, FilesystemBlobStore)
         return blobs.root / "blobs" / key.namespace / key.digest[:2] / key.digest
 
+    def forget_merkle(self, key: BlobKey) -> None:
+        """Make a blob look captured before Merkle roots existed (no root, no chunk roots)."""
+        self._set_blob(key, merkle_root=None, chunk_roots=None)
+
     def set_inline(self, key: BlobKey, data: bytes) -> None:
+        self._set_blob(key, inline=data)
+
+    def _set_blob(self, key: BlobKey, **values: object) -> None:
         catalog = self.vault.catalog
         if isinstance(catalog, MemoryCatalog):
             record, touched = catalog._blobs[key]
             from dataclasses import replace
 
-            catalog._blobs[key] = (replace(record, inline=data), touched)
+            catalog._blobs[key] = (replace(record, **values), touched)  # type: ignore[arg-type]
             return
         assert isinstance(catalog, SqlCatalog)
         from refvault.catalog.schema import blobs
@@ -111,7 +118,7 @@ class Tamper:
             conn.execute(
                 blobs.update()
                 .where(blobs.c.namespace == key.namespace, blobs.c.digest == key.digest)
-                .values(inline_data=data)
+                .values(**{"inline_data" if name == "inline" else name: value for name, value in values.items()})
             )
 
 

@@ -83,6 +83,7 @@ _EXPORTS = {
     "LineageGraph": "refvault.copies",
     "LineageNode": "refvault.copies",
     "Receipt": "refvault.copies",
+    "verify_excerpt": "refvault.proofs",
 }
 
 __all__ = [
@@ -147,6 +148,7 @@ __all__ = [
     "errors",
     "evidence",
     "read",
+    "verify_excerpt",
 ]
 
 if TYPE_CHECKING:
@@ -187,6 +189,7 @@ if TYPE_CHECKING:
     )
     from refvault.kernel import Handle, Kernel
     from refvault.model import Descriptor, Grant, Principal, Scope
+    from refvault.proofs import verify_excerpt
     from refvault.toolbox.ref import Ref
     from refvault.toolbox.toolbox import Artifact, Observation, Toolbox, ToolContext, ToolEvent
     from refvault.vault.aio import AsyncVault

@@ -486,6 +486,26 @@ class Client(AuthorityCalls, CopyCalls, RunCalls):
         answer: dict[str, Any] = self._json(response)
         return answer
 
+    def prove_range(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        offset: int,
+        length: int | None,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> dict[str, Any]:
+        """The server's inclusion proof of bytes ``[offset, offset + length)`` (clipped; ``None``: to the end), as
+        :meth:`refvault.Vault.prove_range`. Nothing here trusts it: check it with :func:`refvault.verify_excerpt`
+        against the root of a descriptor you trust (``retrieval.integrity.merkle_root``)."""
+        check_byte_span(offset, length)
+        params = {"offset": offset, **({} if length is None else {"length": length})}
+        path = self._path(artifact_id, "/proof")
+        response = self._call("GET", path, scope, artifact_id, params=params, purpose=purpose, recipient=recipient)
+        answer: dict[str, Any] = self._json(response)["proof"]
+        return answer
+
     # -- selective reads (the server runs refvault.read) -------------------------------
 
     def read_selection(self, scope: Scope, artifact_id: str, request: Selection[T], local: LocalRead[T]) -> T:

@@ -469,3 +469,19 @@ def test_a_256_mib_artifact_streams_up_and_down_in_bounded_memory(live: LiveServ
     assert result["hash_ok"]
     assert result["up"] < 64 * 1024 * 1024, result
     assert result["down"] < 64 * 1024 * 1024, result
+
+
+def test_reads_through_the_client_carry_proofs_a_recipient_checks_alone(client: Client, scope: Scope) -> None:
+    from refvault import verify_excerpt
+
+    data = b"".join(b"row %07d\n" % i for i in range(150_000))  # > 1 MiB
+    descriptor = client.put(scope, data, media_type="text/plain")
+    root = client.describe(scope, descriptor.artifact_id).retrieval["integrity"]["merkle_root"]
+    assert root == descriptor.retrieval["integrity"]["merkle_root"]
+    result = read.window(client, scope, descriptor.artifact_id, byte_range=[(1 << 20) - 50, 100])
+    proof = result["proof"]
+    assert verify_excerpt(result["text"].encode(), offset=proof["offset"], proof=proof, root=root)
+    ranged = client.read_range(scope, descriptor.artifact_id, 1000, 5000)
+    proved = client.prove_range(scope, descriptor.artifact_id, 1000, 5000)
+    assert verify_excerpt(ranged, offset=1000, proof=proved, root=root)
+    assert not verify_excerpt(ranged[:-1] + b"?", offset=1000, proof=proved, root=root)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from refvault import Scope, Vault
+from refvault import Scope, Vault, verify_excerpt
 from refvault.catalog.base import CHUNK_SIZE
 from refvault.errors import IntegrityError, InvalidArgument, NotFound, SealedArtifact, UnsupportedRead
 from refvault.read import grep, window
@@ -79,6 +79,10 @@ def test_a_line_window_returns_whole_lines_and_says_what_it_covers(vault: Vault,
     artifact_id = put(vault, scope, "l0\nl1\nl2\nl3\nl4\n", completeness={"status": "partial", "omissions": omissions})
     response = window(vault, scope, artifact_id, lines=[1, 3])
     d = vault.describe(scope, artifact_id)
+    proof, verifier = response.pop("proof"), response.pop("verified_by")
+    assert (proof["offset"], proof["length"]) == (3, 6)  # the stored bytes of lines 1 and 2
+    assert verify_excerpt(b"l1\nl2\n", offset=3, proof=proof, root=d.retrieval["integrity"]["merkle_root"])
+    assert verifier["representation"].startswith("stored bytes")
     assert response == {
         "status": "ok",
         "artifact_id": artifact_id,
@@ -377,6 +381,7 @@ def test_tampered_bytes_raise_integrity_error(vault: Vault, tamper: Tamper, scop
     data = (SECRET + "\n").encode() * (size // (len(SECRET) + 1))
     d = vault.put(scope, data, media_type="text/plain")
     key = vault.catalog.find(scope, d.artifact_id).key  # type: ignore[union-attr]
+    last_lines = data.count(b"\n") - 2
     if size < CHUNK_SIZE:
         tamper.set_inline(key, flip(data, 5))
     else:
@@ -384,9 +389,11 @@ def test_tampered_bytes_raise_integrity_error(vault: Vault, tamper: Tamper, scop
     reads: list[Callable[[], object]] = [
         lambda: window(vault, scope, d.artifact_id),
         lambda: window(vault, scope, d.artifact_id, lines=[0, 3]),
-        lambda: window(vault, scope, d.artifact_id, byte_range=[0, 10]),
-        lambda: grep(vault, scope, d.artifact_id, "quokka"),
-        lambda: grep(vault, scope, d.artifact_id, "quo+kka", regex=True),
+        # the damaged chunk (chunk 0 of a file-backed blob is intact and verified against its Merkle chunk root)
+        lambda: window(vault, scope, d.artifact_id, byte_range=[len(data) - 20, 10]),
+        # grep from near the end: a scan that stops at its match cap never reads (or trusts) the damaged chunk
+        lambda: grep(vault, scope, d.artifact_id, "quokka", from_line=last_lines),
+        lambda: grep(vault, scope, d.artifact_id, "quo+kka", regex=True, from_line=last_lines),
     ]
     for read in reads:
         with pytest.raises(IntegrityError) as err:

@@ -88,8 +88,8 @@ def test_damage_in_one_chunk_spares_the_others_and_the_stream_stops_before_it(
     data = payload(BIG, seed=4)
     d = vault.put(scope, data)
     key = vault.catalog.find(scope, d.artifact_id).key  # type: ignore[union-attr]
-    assert vault.read_range(scope, d.artifact_id, 0, 1) == data[:1]  # derives and records chunk digests
-    assert vault.catalog.blob(key).chunks == 3  # type: ignore[union-attr]
+    assert vault.read_range(scope, d.artifact_id, 0, 1) == data[:1]
+    assert len(vault.catalog.blob(key).chunk_roots or b"") == 3 * 32  # type: ignore[union-attr]  # from capture
     tamper.set_bytes(key, flip(data, 2 * CHUNK_SIZE + 5))
     assert vault.read_range(scope, d.artifact_id, 0, 2 * CHUNK_SIZE) == data[: 2 * CHUNK_SIZE]
     with pytest.raises(IntegrityError, match="chunk 2"):
@@ -104,14 +104,30 @@ def test_damage_in_one_chunk_spares_the_others_and_the_stream_stops_before_it(
 def test_damage_before_chunk_digests_exist_fails_the_first_selective_read_whole(
     vault: Vault, tamper: Tamper, scope: Scope
 ) -> None:
+    """A blob captured before Merkle roots existed (simulated): nothing per chunk is trusted yet."""
     data = payload(BIG, seed=11)
     d = vault.put(scope, data)
     key = vault.catalog.find(scope, d.artifact_id).key  # type: ignore[union-attr]
+    tamper.forget_merkle(key)
     assert vault.catalog.blob(key).chunk_digests == b""  # type: ignore[union-attr]
     tamper.set_bytes(key, flip(data, 2 * CHUNK_SIZE + 5))
     with pytest.raises(IntegrityError, match="content hash"):
         vault.read_range(scope, d.artifact_id, 0, 10)  # chunk 0 is intact, but nothing is trusted yet
-    assert vault.catalog.blob(key).chunk_digests == b""  # type: ignore[union-attr]  # nothing recorded
+    record = vault.catalog.blob(key)
+    assert record is not None
+    assert (record.chunk_digests, record.merkle_root, record.chunk_roots) == (b"", None, None)  # nothing recorded
+
+
+def test_chunk_roots_recorded_at_capture_are_trusted_from_the_first_read(
+    vault: Vault, tamper: Tamper, scope: Scope
+) -> None:
+    data = payload(BIG, seed=12)
+    d = vault.put(scope, data)
+    key = vault.catalog.find(scope, d.artifact_id).key  # type: ignore[union-attr]
+    tamper.set_bytes(key, flip(data, 2 * CHUNK_SIZE + 5))
+    assert vault.read_range(scope, d.artifact_id, 0, 10) == data[:10]  # chunk 0 verified by its own root
+    with pytest.raises(IntegrityError, match="chunk 2"):
+        vault.read_range(scope, d.artifact_id, 2 * CHUNK_SIZE, 10)
 
 
 def test_a_fresh_capture_of_the_same_bytes_heals_a_damaged_blob(vault: Vault, tamper: Tamper, scope: Scope) -> None:

@@ -73,6 +73,7 @@ OPERATIONS = [
     ("GET", "/v1/artifacts/{artifact_id}/grep"),
     ("POST", "/v1/artifacts/{artifact_id}/query"),
     ("GET", "/v1/artifacts/{artifact_id}/records"),
+    ("GET", "/v1/artifacts/{artifact_id}/proof"),
     ("GET", "/v1/artifacts/{artifact_id}/verify"),
     ("DELETE", "/v1/artifacts/{artifact_id}"),
     ("POST", "/v1/artifacts/{artifact_id}/declassify"),

@@ -69,6 +69,11 @@ class BlobRecord:
     of the bytes (the last may be short), or empty until the first selective
     read derives them from bytes that matched the content hash. ``inline`` holds the bytes of small blobs, which
     live in the catalog itself and commit atomically with their manifest.
+
+    ``merkle_root`` is the blob's :mod:`refvault.proofs` root and ``chunk_roots`` the concatenated 32-byte
+    subtree hash of each ``chunk_size`` chunk (a chunk is a whole number of leaves, so a complete subtree):
+    computed at capture in the content hash's pass, or on the first full verification of an older blob
+    (recorded only if the content hash matched in that pass); both None until then, or both set.
     """
 
     key: BlobKey
@@ -76,6 +81,12 @@ class BlobRecord:
     chunk_size: int
     chunk_digests: bytes
     inline: bytes | None = None
+    merkle_root: bytes | None = None
+    chunk_roots: bytes | None = None
+
+    def chunk_root(self, index: int) -> bytes | None:
+        """The recorded subtree hash of chunk ``index`` (None when no roots are recorded)."""
+        return None if self.chunk_roots is None else self.chunk_roots[index * 32 : (index + 1) * 32]
 
     def chunk_digest(self, index: int) -> bytes:
         return self.chunk_digests[index * 32 : (index + 1) * 32]
@@ -363,6 +374,10 @@ class Catalog(Protocol):
 
     def record_chunks(self, key: BlobKey, chunk_size: int, digests: bytes) -> None:
         """Record chunk digests derived (and checked against the content hash) by a reader."""
+
+    def record_merkle(self, key: BlobKey, chunk_size: int, chunk_roots: bytes, root: bytes) -> None:
+        """Record a Merkle root and chunk roots computed (and checked against the content hash, in the same pass)
+        by a full verification; best effort, and never over roots already recorded."""
 
     # -- the service's own small records -------------------------------------------
 

@@ -92,9 +92,7 @@ class MemoryCatalog(MemoryBudgets):
                     self._rows[released.artifact_id] = _Row(row.seq, released, self.manifest_keys.sign(released))
                     break
         previous = self._blobs.get(item.blob.key)
-        record = item.blob
-        if previous is not None and previous[0].chunk_digests:
-            record = replace(record, chunk_size=previous[0].chunk_size, chunk_digests=previous[0].chunk_digests)
+        record = _kept(item.blob, None if previous is None else previous[0])
         self._blobs[item.blob.key] = (record, time.time())
         self._rows[m.artifact_id] = _Row(next(self._seq), m, self.manifest_keys.sign(m))
         self._lineage.update((m.scope.tenant, source, m.artifact_id) for source in m.derived_from)
@@ -130,6 +128,12 @@ class MemoryCatalog(MemoryBudgets):
             entry = self._blobs.get(key)
             if entry is not None:
                 self._blobs[key] = (replace(entry[0], chunk_size=chunk_size, chunk_digests=digests), entry[1])
+
+    def record_merkle(self, key: BlobKey, chunk_size: int, chunk_roots: bytes, root: bytes) -> None:
+        with self._lock:
+            entry = self._blobs.get(key)
+            if entry is not None and entry[0].merkle_root is None and entry[0].chunk_size == chunk_size:
+                self._blobs[key] = (replace(entry[0], merkle_root=root, chunk_roots=chunk_roots), entry[1])
 
     def is_referenced(self, key: BlobKey) -> bool:
         with self._lock:
@@ -276,8 +280,7 @@ class MemoryCatalog(MemoryBudgets):
                 return None
             make_visible()
             previous = self._blobs.get(blob.key)
-            if previous is not None and previous[0].chunk_digests:
-                blob = replace(blob, chunk_size=previous[0].chunk_size, chunk_digests=previous[0].chunk_digests)
+            blob = _kept(blob, None if previous is None else previous[0])
             self._blobs[blob.key] = (blob, time.time())
             self._derivations[(derivation.source, derivation.kind)] = (derivation, self.manifest_keys.sign(derivation))
             return derivation
@@ -574,3 +577,14 @@ def _live_for(grant: Grant, grantee: Scope, now: datetime) -> bool:
         and grant.revoked_at is None
         and (grant.expires_at is None or grant.expires_at > now)
     )
+
+
+def _kept(record: BlobRecord, previous: BlobRecord | None) -> BlobRecord:
+    """A re-published blob has the same bytes: keep the chunk digests and Merkle roots already derived."""
+    if previous is None:
+        return record
+    if previous.chunk_digests:
+        record = replace(record, chunk_size=previous.chunk_size, chunk_digests=previous.chunk_digests)
+    if previous.merkle_root is not None:
+        record = replace(record, merkle_root=previous.merkle_root, chunk_roots=previous.chunk_roots)
+    return record

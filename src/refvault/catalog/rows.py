@@ -157,6 +157,8 @@ def blob_row(blob: BlobRecord, now: int) -> dict[str, Any]:
         "chunk_size": blob.chunk_size,
         "chunk_digests": blob.chunk_digests,
         "inline_data": blob.inline,
+        "merkle_root": blob.merkle_root,
+        "chunk_roots": blob.chunk_roots,
         "touched_us": now,
     }
 
@@ -199,4 +201,6 @@ def blob_record(row: sa.Row[Any]) -> BlobRecord:
         chunk_size=row.chunk_size,
         chunk_digests=bytes(row.chunk_digests),
         inline=None if row.inline_data is None else bytes(row.inline_data),
+        merkle_root=None if row.merkle_root is None else bytes(row.merkle_root),
+        chunk_roots=None if row.chunk_roots is None else bytes(row.chunk_roots),
     )

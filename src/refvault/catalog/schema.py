@@ -89,6 +89,10 @@ blobs = sa.Table(
     sa.Column("chunk_digests", sa.LargeBinary, nullable=False),
     sa.Column("inline_data", sa.LargeBinary),
     sa.Column("touched_us", sa.BigInteger, nullable=False),
+    # The Merkle root (refvault.proofs) and the concatenated 32-byte root of each chunk's subtree; NULL for a
+    # blob captured before migration 10 until its next full verification.
+    sa.Column("merkle_root", sa.LargeBinary),
+    sa.Column("chunk_roots", sa.LargeBinary),
 )
 
 # A derivative (e.g. the Parquet form of a record artifact) is a blob of its own, linked to the
@@ -350,6 +354,16 @@ def _v9(conn: sa.Connection) -> None:
     metadata.create_all(conn, tables=[lineage, marks, holds])
 
 
+def _v10(conn: sa.Connection) -> None:
+    """Merkle roots on blobs (NULL for every existing blob until its next full verification). A catalog created
+    by this version got the columns from ``_v1``."""
+    present = {column["name"] for column in sa.inspect(conn).get_columns(blobs.name)}
+    binary = conn.dialect.type_compiler_instance.process(sa.LargeBinary())
+    for name in ("merkle_root", "chunk_roots"):
+        if name not in present:
+            conn.execute(sa.text(f"ALTER TABLE {blobs.name} ADD COLUMN {name} {binary}"))
+
+
 def _v11(conn: sa.Connection) -> None:
     """Run budgets (:mod:`refvault.budgets`)."""
     metadata.create_all(conn, tables=[budgets])
@@ -373,6 +387,7 @@ MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [
     (7, _v7),
     (8, _v8),
     (9, _v9),
+    (10, _v10),
     (11, _v11),
     (12, _v12),
 ]

@@ -130,6 +130,7 @@ from refvault.catalog.statements import (
     MANIFEST_KEYS_LOCK,
     MIGRATION_LOCK,
     RECORD_CHUNKS,
+    RECORD_MERKLE,
     RELEASE_KEY,
     REMAC_BATCH,
     SET_DERIVATION_MAC,
@@ -452,11 +453,22 @@ class SqlCatalog(SqlAuthority, SqlLineage, SqlBudgets, SqlRuns):
         A reader that derived chunk digests must not stall behind writers; if the
         lock is busy the digests are simply derived again by a later reader.
         """
-        params = {"ns": key.namespace, "dg": key.digest, "chunk_size": chunk_size, "chunk_digests": digests}
+        self._best_effort(
+            RECORD_CHUNKS, {"ns": key.namespace, "dg": key.digest, "chunk_size": chunk_size, "chunk_digests": digests}
+        )
+
+    @translated
+    def record_merkle(self, key: BlobKey, chunk_size: int, chunk_roots: bytes, root: bytes) -> None:
+        """Best effort and bounded like :meth:`record_chunks`; roots already recorded are kept."""
+        params = {"ns": key.namespace, "dg": key.digest, "size_of_chunks": chunk_size}
+        self._best_effort(RECORD_MERKLE, {**params, "chunk_roots": chunk_roots, "merkle_root": root})
+
+    def _best_effort(self, statement: sa.Executable, params: dict[str, Any]) -> None:
+        """Run one small update, waiting at most 250 ms for the write lock."""
         if self._postgres:
             with self._write() as conn, conn.begin():
                 conn.exec_driver_sql("SET LOCAL lock_timeout = '250ms'")
-                conn.execute(RECORD_CHUNKS, params)
+                conn.execute(statement, params)
             return
         with self._write() as conn:
             raw = conn.connection.dbapi_connection
@@ -464,7 +476,7 @@ class SqlCatalog(SqlAuthority, SqlLineage, SqlBudgets, SqlRuns):
             raw.execute("PRAGMA busy_timeout=250")
             try:
                 with conn.begin():
-                    conn.execute(RECORD_CHUNKS, params)
+                    conn.execute(statement, params)
             finally:
                 raw.execute("PRAGMA busy_timeout=30000")
 

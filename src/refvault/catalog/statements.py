@@ -46,7 +46,13 @@ def upsert_blob(dialect: str) -> sa.Executable:
     statement = dialect_insert(dialect)(blobs)
     upsert: sa.Executable = statement.on_conflict_do_update(
         index_elements=[blobs.c.namespace, blobs.c.digest],
-        set_={"touched_us": statement.excluded.touched_us, "inline_data": statement.excluded.inline_data},
+        set_={
+            "touched_us": statement.excluded.touched_us,
+            "inline_data": statement.excluded.inline_data,
+            # a blob captured before its roots existed gains them from a later capture of the same bytes
+            "merkle_root": sa.func.coalesce(blobs.c.merkle_root, statement.excluded.merkle_root),
+            "chunk_roots": sa.func.coalesce(blobs.c.chunk_roots, statement.excluded.chunk_roots),
+        },
     )
     return upsert
 
@@ -83,6 +89,16 @@ RECORD_CHUNKS = (
     blobs.update()
     .where(blobs.c.namespace == sa.bindparam("ns"), blobs.c.digest == sa.bindparam("dg"))
     .values(chunk_size=sa.bindparam("chunk_size"), chunk_digests=sa.bindparam("chunk_digests"))
+)
+RECORD_MERKLE = (
+    blobs.update()
+    .where(
+        blobs.c.namespace == sa.bindparam("ns"),
+        blobs.c.digest == sa.bindparam("dg"),
+        blobs.c.chunk_size == sa.bindparam("size_of_chunks"),
+        blobs.c.merkle_root.is_(None),
+    )
+    .values(merkle_root=sa.bindparam("merkle_root"), chunk_roots=sa.bindparam("chunk_roots"))
 )
 
 

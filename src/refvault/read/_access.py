@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from refvault.errors import SealedArtifact
 from refvault.model import RECORD_MEDIA_TYPES, Descriptor, Scope, base_type, is_records, is_text, thaw
 from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
+from refvault.vault.proving import verified_by, whole_proof
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
     from refvault.vault.core import Vault
 
-__all__ = ["RECORD_MEDIA_TYPES", "acting", "base_type", "coverage", "is_records", "is_text", "readable"]
+__all__ = [
+    "RECORD_MEDIA_TYPES",
+    "acting",
+    "base_type",
+    "coverage",
+    "is_records",
+    "is_text",
+    "readable",
+    "whole_object_proof",
+]
 
 _READS = frozenset(
     (
         "describe",
         "read_bytes",
         "read_range",
+        "read_proved",
+        "prove_range",
         "stream",
         "open_artifact",
         "verify_artifact",
@@ -101,3 +114,14 @@ def coverage(descriptor: Descriptor) -> dict[str, Any]:
     if lineage is not None:
         out["lineage"] = thaw(lineage)
     return out
+
+
+def whole_object_proof(vault: Vault, scope: Scope, descriptor: Descriptor, representation: str) -> dict[str, Any]:
+    """``proof`` and ``verified_by`` for a result computed from the whole stored object (grep's matches, parsed
+    records): a proof covering every byte (:func:`refvault.vault.proving.whole_proof`), so a recipient checks
+    it with the whole artifact; ``representation`` says what the result is of those bytes. The root is the
+    descriptor's ``retrieval.integrity.merkle_root``, or derived now for a blob captured before roots existed."""
+    integrity = descriptor.retrieval.get("integrity")
+    known = integrity.get("merkle_root") if isinstance(integrity, Mapping) else None
+    root = known if isinstance(known, str) else vault.prove_range(scope, descriptor.artifact_id, 0, 0)["root"]
+    return {"proof": whole_proof(descriptor.size, root), "verified_by": verified_by(representation)}

@@ -69,7 +69,7 @@ from refvault.model import Scope
 from refvault.operations import QueryRequest, RecordSet, RecordSetRequest
 from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
 from refvault.read import cursors
-from refvault.read._access import acting, coverage, readable
+from refvault.read._access import acting, coverage, readable, whole_object_proof
 from refvault.read.metering import ScanMeter
 from refvault.read.record_derive import KIND, capture_records, run_derive, run_derived_records
 from refvault.read.record_derive import PARQUET as PARQUET
@@ -101,6 +101,10 @@ _Engine = Engine
 _engine = engine_of
 _Keys = Keys
 _ring = ring_of
+_RECORDS_REPRESENTATION = (
+    "records parsed from the stored bytes (JSON values, not bytes); the proof covers the whole object they were "
+    "parsed from: check it with the whole artifact"
+)
 CURSOR_TTL = dt.timedelta(seconds=CURSOR_TTL_SECONDS)
 
 
@@ -218,6 +222,7 @@ def run_query(vault: Vault, scope: Scope, artifact_id: str, request: QueryReques
             page = run.ordered() if selection.order else run.by_index()
         stopped_by = within_budget(page, meter, request.max_scan, selection)
         meter.settle(records=page.scanned)
+        proved = whole_object_proof(vault, scope, descriptor, _RECORDS_REPRESENTATION)
     rows_text = json.dumps(
         [[index, record] for index, record in page.rows], sort_keys=True, separators=(",", ":"), default=str
     )
@@ -252,4 +257,5 @@ def run_query(vault: Vault, scope: Scope, artifact_id: str, request: QueryReques
         "next_cursor": next_cursor,
         "omissions": [*coverage(descriptor)["omissions"], *page.omissions],
         "records": [{"index": index, "record": record} for index, record in page.rows],
+        **proved,
     }

@@ -27,6 +27,7 @@ each line without its terminator (``\\n`` or ``\\r\\n``).
 
 from __future__ import annotations
 
+import base64
 import codecs
 import re
 import threading
@@ -51,9 +52,10 @@ from refvault.limits import (
 from refvault.model import Descriptor, Scope
 from refvault.operations import GrepRequest, WindowRequest
 from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
-from refvault.read._access import acting, coverage, is_records, is_text, readable
+from refvault.read._access import acting, coverage, is_records, is_text, readable, whole_object_proof
 from refvault.read.metering import ScanMeter, TokenMeter, charge
 from refvault.vault.audit_trail import engine_read, excerpt_of
+from refvault.vault.proving import verified_by
 
 if TYPE_CHECKING:
     import duckdb
@@ -79,6 +81,10 @@ _ESCAPED = re.compile("[\udc80-\udcff]")  # invalid bytes after surrogateescape 
 _REGEX_SQL = (
     "SELECT i - 1 FROM unnest(string_split(?, chr(10))) WITH ORDINALITY AS t(l, i) "
     "WHERE regexp_matches(l, ?) ORDER BY i"
+)
+_GREP_REPRESENTATION = (
+    "lines matched in the stored bytes (decoded as UTF-8, CRLF as LF, clipped to MATCH_CHARS); the proof covers the "
+    "whole object: prove one match with a byte window of its line"
 )
 _clock = time.monotonic  # tests replace it to drive the time budget deterministically
 
@@ -171,7 +177,12 @@ def window(
 
 
 def run_window(vault: Vault, scope: Scope, artifact_id: str, request: WindowRequest) -> dict[str, Any]:
-    """:func:`window` on an embedded vault (the engine a server runs for its clients)."""
+    """:func:`window` on an embedded vault (the engine a server runs for its clients).
+
+    The result carries ``proof``, the inclusion proof (:mod:`refvault.proofs`) of the stored bytes the text
+    was decoded from (``proof["offset"]``, ``proof["length"]``), and ``verified_by``. With
+    ``invalid_utf8_bytes`` 0 those bytes are ``text.encode("utf-8")``; otherwise ``excerpt_base64`` holds them.
+    """
     vault = acting(vault, request.purpose, request.recipient)
     with engine_read():  # the ledger records the text returned (below), not every byte read to find it
         descriptor = _text_artifact(vault, scope, artifact_id, "show a text window of")
@@ -180,12 +191,20 @@ def run_window(vault: Vault, scope: Scope, artifact_id: str, request: WindowRequ
             body = _byte_window(vault, scope, descriptor, *byte_span, limit)
         else:
             body = _line_window(vault, scope, descriptor, *request.line_span, limit)
+        proof = body.pop("_proof", None)
+        span: tuple[int, int] = body.pop("_span")
+        if proof is None:
+            proof = vault.prove_range(scope, descriptor.artifact_id, span[0], span[1] - span[0])
+        if body["invalid_utf8_bytes"]:
+            raw = vault.read_range(scope, descriptor.artifact_id, span[0], span[1] - span[0])
+            body["excerpt_base64"] = base64.b64encode(raw).decode("ascii")
     scanned = descriptor.size if request.byte_span is None else body["end"] - body["start"]  # a line window counts all
     charge(vault, scope, read_calls=1, scanned_bytes=scanned, returned_tokens=body["text"])  # before it is returned
     excerpt, size = excerpt_of(body["text"])
     selection = f"window {body['unit']} {body['start']}-{body['end']}"
     vault.audit_read("window", scope, descriptor, selection=selection, excerpt_hash=excerpt, bytes=size)
-    return {"status": "ok", **coverage(descriptor), "media_type": descriptor.media_type, **body}
+    proved = {"proof": proof, "verified_by": verified_by("stored bytes [proof.offset, proof.offset + proof.length)")}
+    return {"status": "ok", **coverage(descriptor), "media_type": descriptor.media_type, **body, **proved}
 
 
 def _body(
@@ -212,7 +231,8 @@ def _byte_window(vault: Vault, scope: Scope, d: Descriptor, offset: int, length:
     cap = 4 * limit + 8  # more bytes than ``limit`` characters can occupy
     target = min(wanted, offset + cap)
     lo, hi = max(0, offset - 3), min(size, target + 8)
-    buf = vault.read_range(scope, d.artifact_id, lo, hi - lo) if hi > lo else b""
+    proved = vault.read_proved(scope, d.artifact_id, lo, hi - lo)
+    buf = proved.data
     start = offset if (cut := _straddling(buf, offset - lo)) is None else cut[1] + lo
     end = target if (cut := _straddling(buf, target - lo)) is None else cut[0] + lo
     if end <= start < size:  # too short for the character at its start: return that one character
@@ -227,7 +247,8 @@ def _byte_window(vault: Vault, scope: Scope, d: Descriptor, offset: int, length:
         nxt: dict[str, Any] | None = {"byte_range": [end, wanted - end]}
     else:
         nxt = {"byte_range": [end, length]} if end < size else None
-    return _body("bytes", start, end, size, truncated, nxt, raw)
+    body = _body("bytes", start, end, size, truncated, nxt, raw)
+    return {**body, "_span": (start, end), "_proof": proved.prove(start, end - start)}
 
 
 def _after_newlines(data: bytes, n: int) -> int | None:
@@ -304,7 +325,7 @@ def _line_window(vault: Vault, scope: Scope, d: Descriptor, start: int, stop: in
         begin, seen = _seek_line(stream, start)
         if begin is None or begin >= size:
             total = seen + _ends_open(stream, size)
-            return _body("lines", total, total, total, False, None, "")
+            return {**_body("lines", total, total, total, False, None, ""), "_span": (size, size)}
         stream.seek(begin)
         head, capped = _collect(stream, None if stop is None else stop - start, 4 * limit + 8)
         rest, first_newline = _count_rest(stream)
@@ -313,16 +334,18 @@ def _line_window(vault: Vault, scope: Scope, d: Descriptor, start: int, stop: in
     if not capped and len(raw) <= limit:
         end = start + raw.count("\n") + (0 if raw.endswith("\n") else 1)
         nxt = None if stop is None or end >= total else {"lines": [end, end + stop - start]}
-        return _body("lines", start, end, total, False, nxt, raw)
+        return {**_body("lines", start, end, total, False, nxt, raw), "_span": (begin, begin + _byte_len(raw))}
     cut = raw.rfind("\n", 0, limit) + 1
     if cut:
         end = start + raw.count("\n", 0, cut)
-        return _body("lines", start, end, total, True, {"lines": [end, stop]}, raw[:cut])
+        body = _body("lines", start, end, total, True, {"lines": [end, stop]}, raw[:cut])
+        return {**body, "_span": (begin, begin + _byte_len(raw[:cut]))}
     # One line longer than max_chars: its head, continued as a byte window inside the line.
     in_head = head.find(b"\n")
     line_end = begin + in_head + 1 if in_head >= 0 else size if first_newline is None else first_newline + 1
     end = begin + _byte_len(raw[:limit])
-    return _body("bytes", begin, end, size, True, {"byte_range": [end, line_end - end]}, raw[:limit])
+    body = _body("bytes", begin, end, size, True, {"byte_range": [end, line_end - end]}, raw[:limit])
+    return {**body, "_span": (begin, end)}
 
 
 # -- grep ----------------------------------------------------------------------------
@@ -562,6 +585,7 @@ def run_grep(vault: Vault, scope: Scope, artifact_id: str, request: GrepRequest)
             if con is not None:
                 con.close()
         meter.settle()
+        proved = whole_object_proof(vault, scope, descriptor, _GREP_REPRESENTATION)
     complete = total is not None and scan.partial == 0
     scanned = scan.done_to - first if total is None else max(0, total - first)
     stopped_by = (
@@ -594,6 +618,7 @@ def run_grep(vault: Vault, scope: Scope, artifact_id: str, request: GrepRequest)
         "partial_lines": scan.partial,
         "truncated": scan.truncated,
         "next": {"from_line": scan.done_to} if total is None else None,
+        **proved,
     }
 
 

@@ -42,6 +42,7 @@ from refvault.server.schema import NOT_RECORDS, NOT_TEXT, PROBLEM_RESPONSE, Reco
 from refvault.server.service import Service
 from refvault.server.threads import blocking
 from refvault.vault.core import Vault
+from refvault.vault.proving import verified_by
 
 __all__ = ["record_set_json", "router"]
 
@@ -184,6 +185,27 @@ async def verify(artifact_id: str, scope: Caller, service: Service, read_for: Re
     """Read and hash every byte of the artifact (500 ``integrity-error`` on damage)."""
     result = await blocking(service.vault.verify_artifact, scope, checked_id(artifact_id), **read_for.kwargs())
     return JSONResponse(result)
+
+
+@router.get(
+    "/artifacts/{artifact_id}/proof",
+    tags=["reads"],
+    responses={200: open_json("The inclusion proof of a byte range (refvault.Vault.prove_range)")},
+)
+async def proof(
+    artifact_id: str,
+    scope: Caller,
+    service: Service,
+    read_for: Reader,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    length: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+) -> JSONResponse:
+    """``{"artifact_id", "proof", "verified_by"}``: the proof that bytes ``[offset, offset + length)`` (clipped;
+    no ``length``: to the end) are in the artifact's Merkle root; check it with ``refvault.verify_excerpt``.
+    Authorised and audited as a read of those bytes (the proof discloses up to 4095 bytes each side)."""
+    checked = checked_id(artifact_id)
+    result = await blocking(service.vault.prove_range, scope, checked, offset, length, **read_for.kwargs())
+    return JSONResponse({"artifact_id": checked, "proof": result, "verified_by": verified_by("stored bytes")})
 
 
 def record_set_json(records: RecordSet) -> dict[str, Any]:

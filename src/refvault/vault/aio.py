@@ -77,6 +77,20 @@ class AsyncVault:
         reader = {"purpose": purpose, "recipient": recipient}
         return await asyncio.to_thread(partial(self.vault.read_range, scope, artifact_id, offset, length, **reader))
 
+    async def prove_range(
+        self,
+        scope: Scope,
+        artifact_id: str,
+        offset: int,
+        length: int | None,
+        *,
+        purpose: str = DEFAULT_PURPOSE,
+        recipient: str = DEFAULT_RECIPIENT,
+    ) -> dict[str, Any]:
+        """:meth:`refvault.Vault.prove_range` in a worker thread."""
+        reader = {"purpose": purpose, "recipient": recipient}
+        return await asyncio.to_thread(partial(self.vault.prove_range, scope, artifact_id, offset, length, **reader))
+
     async def stream(
         self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
     ) -> AsyncIterator[bytes]:

@@ -89,6 +89,7 @@ from refvault.vault.labels import DECLASSIFY_DETAIL, checked_removal
 from refvault.vault.links import Linking
 from refvault.vault.location import check_store_location, store_location
 from refvault.vault.maintenance import Maintenance, check_grace
+from refvault.vault.proving import Proving, with_integrity
 from refvault.vault.reports import AuditRecord, GcReport, KeyRotation, Problem, VerifyReport
 from refvault.vault.runs import Runs
 from refvault.vault.verified import ArtifactStream, VerifiedBlob
@@ -117,7 +118,7 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Budgets, Runs):
+class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Budgets, Runs, Proving):
     """Stores artifacts once and serves verified, scoped reads of them.
 
     Thread-safe: one vault may serve many threads; concurrent puts share
@@ -460,7 +461,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         requires = checked.recorded_derived_from() if made else ()  # a copy the vault makes needs its sources
         with self._put_charged(owner, got.size, got.writer, checked.idempotency_key):  # the run's budget
             stored = self._committer.submit(Pending(Publication(manifest, record, entry, requires), got.writer))
-        descriptor = stored.descriptor() if stored.origin is None else self.with_status(stored)
+        descriptor = with_integrity(stored.descriptor() if stored.origin is None else self.with_status(stored), record)
         facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)
         facts[WRITTEN] = entry is not None and stored.artifact_id == manifest.artifact_id
         return descriptor
@@ -561,7 +562,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         reads. Audited once, as a ``read``. The caller closes the stream.
         """
         manifest, stream = self._stream(scope, artifact_id, purpose, recipient)
-        return manifest.descriptor(), stream
+        return with_integrity(manifest.descriptor(), stream.record), stream
 
     def verify_artifact(
         self, scope: Scope, artifact_id: str, *, purpose: str = DEFAULT_PURPOSE, recipient: str = DEFAULT_RECIPIENT
@@ -625,7 +626,8 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
             facts.update(purpose=purpose, recipient=recipient)
             shared = shared_manifests(self.catalog, owner, self.clock(), purpose=purpose, recipient=recipient)
             found = sorted([*self.catalog.in_scope(owner), *shared], key=lambda m: m.created_at, reverse=True)
-            return [m.descriptor() for m in found if permitted(self, owner, m, purpose=purpose, recipient=recipient)]
+            readable = [m for m in found if permitted(self, owner, m, purpose=purpose, recipient=recipient)]
+            return [with_integrity(m.descriptor(), self.catalog.blob(m.key)) for m in readable]
 
     def declassify(self, scope: Scope, artifact_id: str, *, remove: Iterable[str], reason: str) -> Descriptor:
         """Remove labels from an artifact: the one way a label goes (the model and tools cannot); its new descriptor.

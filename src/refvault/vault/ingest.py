@@ -3,9 +3,11 @@
 ``data`` may be ``bytes``-like, a binary file object or an iterable of
 ``bytes``. It is consumed once, in aligned 1 MiB chunks, so memory stays
 bounded whatever the input size, and hashed once with SHA-256 (the content
-hash). Per-chunk digests, which selective reads verify against, are derived
-later, on the first selective read (see :mod:`refvault.vault.verified`): a
-capture pays for exactly one hash pass.
+hash). In the same pass each chunk's Merkle subtree hash is computed
+(:mod:`refvault.proofs`: 4 KiB leaves, so a 1 MiB chunk is a complete subtree)
+on a helper thread (hashlib releases the GIL for each leaf), and the root over
+them is recorded with the blob: it is what inclusion proofs are checked
+against, and it verifies each chunk a selective read loads.
 
 Small inputs (at most ``inline_max`` bytes) stay in memory and are stored in
 the catalog row itself. Larger ones stream into a private blob writer; past
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from refvault.blobs.base import BlobKey, BlobStore, BlobWriter
 from refvault.catalog.base import CHUNK_SIZE, BlobRecord
 from refvault.errors import InvalidArgument
+from refvault.proofs import LEAF_SIZE, chunk_root, root_of_chunks
 
 __all__ = ["Ingested", "ingest"]
 
@@ -38,15 +41,62 @@ class Ingested:
     size: int
     inline: bytes | None
     writer: BlobWriter | None
+    chunk_roots: bytes | None = None
 
     def record(self, namespace: str) -> BlobRecord:
+        roots = self.chunk_roots
         return BlobRecord(
             key=BlobKey(namespace, self.digest),
             size=self.size,
             chunk_size=CHUNK_SIZE,
             chunk_digests=b"",
             inline=self.inline,
+            merkle_root=None if roots is None else root_of_chunks(self.size, roots),
+            chunk_roots=roots,
         )
+
+
+assert CHUNK_SIZE % LEAF_SIZE == 0  # every chunk is a complete Merkle subtree
+MERKLE = True
+"""Whether capture computes Merkle roots (a benchmark turns it off to measure what they cost)."""
+
+
+class _Hasher:
+    """Computes chunk roots on a helper thread, in order, at most a few chunks behind."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[memoryview | None] = queue.Queue(maxsize=8)
+        self._roots = bytearray()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="refvault-hasher", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            if self._error is not None:
+                continue
+            try:
+                self._roots += chunk_root(chunk)
+            except BaseException as exc:  # handed to the caller in finish()
+                self._error = exc
+
+    def add(self, chunk: memoryview) -> None:
+        self._queue.put(chunk)
+
+    def finish(self) -> bytes:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return bytes(self._roots)
+
+    def stop(self) -> None:
+        """Wait until the helper has exited, even through further interrupts (an error is propagating)."""
+        while self._thread.is_alive():
+            with contextlib.suppress(BaseException):
+                with contextlib.suppress(queue.Full):
+                    self._queue.put(None, timeout=0.1)
+                self._thread.join(timeout=0.1)
 
 
 def _owned(piece: bytes | bytearray | memoryview) -> memoryview:
@@ -158,29 +208,37 @@ def ingest(data: object, blobs: BlobStore, *, namespace: str, inline_max: int) -
     if second is None and (first is None or len(first) <= inline_max):  # small: keep inline
         inline = b"" if first is None else bytes(first)
         full.update(inline)
-        return Ingested(full.hexdigest(), len(inline), inline, None)
+        roots = (chunk_root(inline) if inline else b"") if MERKLE else None
+        return Ingested(full.hexdigest(), len(inline), inline, None, roots)
 
     writer = blobs.writer()
     background: _BackgroundWriter | None = None
+    hasher = _Hasher() if MERKLE else None
     size = 0
     try:
         heads = [chunk for chunk in (first, second) if chunk is not None]
         for index, chunk in enumerate(itertools.chain(heads, chunks)):
             if index == 2 and background is None:
                 background = _BackgroundWriter(writer)
+            if hasher is not None:
+                hasher.add(chunk)
             if background is not None:
                 background.write(chunk)
             else:
                 writer.write(chunk)
             full.update(chunk)
             size += len(chunk)
+        roots = None if hasher is None else hasher.finish()
+        hasher = None
         if background is not None:
             background.finish()
             background = None
         writer.seal(BlobKey(namespace, full.hexdigest()))
     except BaseException:
+        if hasher is not None:
+            hasher.stop()
         if background is not None:
             background.stop()  # the helper must be gone before the writer's file is closed
         writer.abort()
         raise
-    return Ingested(full.hexdigest(), size, None, writer)
+    return Ingested(full.hexdigest(), size, None, writer, roots)

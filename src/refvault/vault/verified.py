@@ -16,6 +16,13 @@ What is verified, and when:
   same bytes; only if the content hash matches are the chunk digests recorded
   in the catalog (trusted state from then on). Later windows cost only the
   chunks they touch. ``verify`` re-checks both.
+* Where the blob record carries Merkle chunk roots (:mod:`refvault.proofs`; every
+  capture since they exist), a chunk is verified by recomputing its leaf hashes
+  and their subtree hash against its recorded chunk root instead: one hash pass,
+  whose leaf hashes then serve the chunk's inclusion proofs. An older blob gains
+  its roots from the next pass that re-hashes all of it (``read_all``, ``check``,
+  or the first proof asked of it), recorded only if the content hash matched in
+  that same pass.
 * Every read opens the object once and reads only through that handle, so
   verification and selection bind to the same object version.
 
@@ -34,6 +41,7 @@ from dataclasses import replace
 from refvault.blobs.base import BlobKey, BlobReader, BlobStore
 from refvault.catalog.base import BlobRecord, Catalog
 from refvault.errors import IntegrityError, InvalidArgument, StorageError
+from refvault.proofs import LEAF_SIZE, leaf_hashes, root_of, root_of_chunks, tree_hash
 
 __all__ = ["ArtifactStream", "VerifiedBlob"]
 
@@ -52,6 +60,7 @@ class VerifiedBlob:
         self.record: BlobRecord = record
         self.size = record.size
         self._reader: BlobReader | None = None
+        self._leaves: dict[int, list[bytes]] = {}  # the leaf hashes of the chunks verified last
         if record.inline is not None:
             if len(record.inline) != record.size or hashlib.sha256(record.inline).hexdigest() != record.key.digest:
                 raise self._damage("its inline bytes do not match the content hash")
@@ -68,6 +77,9 @@ class VerifiedBlob:
         if record.chunk_digests and record.chunks != -(-record.size // record.chunk_size):
             reader.close()
             raise self._damage("its chunk digests are incomplete")
+        if record.chunk_roots is not None and len(record.chunk_roots) != 32 * self.chunks:
+            reader.close()
+            raise self._damage("its chunk roots are incomplete")
         self._reader = reader
 
     def _damage(self, what: str, *, kind: str = "corrupt") -> IntegrityError:
@@ -82,12 +94,54 @@ class VerifiedBlob:
         """The verified bytes of chunk ``index``."""
         if self.record.inline is not None:
             return self.record.inline
+        if self.record.chunk_roots is not None:  # the Merkle subtree of the chunk: one pass, leaves kept for proofs
+            data = self._raw_chunk(index)
+            leaves = leaf_hashes(data)
+            if tree_hash(leaves) != self.record.chunk_root(index):
+                raise self._damage(f"chunk {index} does not match its Merkle chunk root")
+            if len(self._leaves) >= 4:
+                self._leaves.pop(next(iter(self._leaves)))
+            self._leaves[index] = leaves
+            return data
         if not self.record.chunk_digests:
-            self.derive_chunk_digests()
+            self.derive_chunk_digests()  # Merkle roots are gained in that pass too
+            return self.chunk(index)
         data = self._raw_chunk(index)
         if hashlib.sha256(data).digest() != self.record.chunk_digest(index):
             raise self._damage(f"chunk {index} does not match its digest")
         return data
+
+    def chunk_leaves(self, index: int) -> list[bytes]:
+        """The leaf hashes of chunk ``index``, from verified bytes (for proofs; see :mod:`refvault.proofs`)."""
+        if self.record.inline is not None:
+            return leaf_hashes(self.record.inline)
+        if self.record.chunk_roots is None:
+            self.derive_merkle()
+        if index not in self._leaves:
+            self.chunk(index)
+        return self._leaves[index]
+
+    def merkle(self) -> tuple[bytes, list[bytes]]:
+        """The verified Merkle root and chunk roots (each ``chunk_size`` bytes; an inline blob is one chunk),
+        deriving them first for a blob captured before roots existed."""
+        if self.record.inline is not None:
+            if self.record.merkle_root is not None and self.record.chunk_roots is not None:
+                return self.record.merkle_root, [self.record.chunk_roots] if self.size else []
+            own = [tree_hash(leaf_hashes(self.record.inline))] if self.size else []
+            return root_of(self.size, tree_hash(own)), own
+        if self.record.chunk_roots is None or self.record.merkle_root is None:
+            self.derive_merkle()
+        assert self.record.chunk_roots is not None
+        assert self.record.merkle_root is not None
+        roots = self.record.chunk_roots
+        return self.record.merkle_root, [roots[i : i + 32] for i in range(0, len(roots), 32)]
+
+    def derive_merkle(self) -> None:
+        """Check the content hash over every byte and, in the same pass, compute and record the Merkle roots."""
+        content_hash, digests, roots = self._scan()
+        if content_hash != self.record.key.digest:
+            raise self._damage("its bytes do not match the content hash")
+        self._gained(digests, roots)
 
     def _raw_chunk(self, index: int) -> bytes:
         assert self._reader is not None
@@ -98,24 +152,37 @@ class VerifiedBlob:
             raise self._damage(f"chunk {index} is truncated")
         return data
 
-    def _scan(self) -> tuple[str, bytes]:
-        """One pass: the content hash and every chunk digest, from the same bytes."""
+    def _scan(self) -> tuple[str, bytes, bytes]:
+        """One pass: the content hash, every chunk digest and every Merkle chunk root, from the same bytes."""
         full = hashlib.sha256()
         digests = bytearray()
+        roots = bytearray()
         for index in range(self.chunks):
             data = self._raw_chunk(index)
             full.update(data)
             digests += hashlib.sha256(data).digest()
-        return full.hexdigest(), bytes(digests)
+            roots += tree_hash(leaf_hashes(data))
+        return full.hexdigest(), bytes(digests), bytes(roots)
+
+    def _gained(self, digests: bytes | None, roots: bytes | None) -> None:
+        """Record chunk digests and Merkle roots computed in a pass whose content hash matched (best effort:
+        a later reader derives them again)."""
+        if digests is not None and not self.record.chunk_digests and self.record.chunk_roots is None:
+            self.record = replace(self.record, chunk_digests=digests)
+            with contextlib.suppress(StorageError):
+                self._catalog.record_chunks(self.record.key, self.chunk_size, digests)
+        if roots is not None and self.record.merkle_root is None and self.chunk_size % LEAF_SIZE == 0:
+            root = root_of_chunks(self.size, roots)
+            self.record = replace(self.record, merkle_root=root, chunk_roots=roots)
+            with contextlib.suppress(StorageError):
+                self._catalog.record_merkle(self.record.key, self.chunk_size, roots, root)
 
     def derive_chunk_digests(self) -> None:
-        """Compute and record chunk digests, after checking the content hash over the same bytes."""
-        content_hash, digests = self._scan()
+        """Compute and record chunk digests (and Merkle roots), after checking the content hash over the same bytes."""
+        content_hash, digests, roots = self._scan()
         if content_hash != self.record.key.digest:
             raise self._damage("its bytes do not match the content hash")
-        self.record = replace(self.record, chunk_digests=digests)
-        with contextlib.suppress(StorageError):  # best effort: a later reader derives them again
-            self._catalog.record_chunks(self.record.key, self.chunk_size, digests)
+        self._gained(digests, roots)
 
     def read_all(self) -> bytes:
         """Every byte, verified against the content hash; one read and one hash pass."""
@@ -127,6 +194,9 @@ class VerifiedBlob:
             raise self._damage("it is shorter than recorded")
         if hashlib.sha256(data).hexdigest() != self.record.key.digest:
             raise self._damage("its bytes do not match the content hash")
+        if self.record.merkle_root is None:  # an older blob gains its roots from this verified pass
+            view, step = memoryview(data), self.chunk_size
+            self._gained(None, b"".join(tree_hash(leaf_hashes(view[i : i + step])) for i in range(0, self.size, step)))
         return data
 
     def read_range(self, offset: int, length: int) -> bytes:
@@ -143,14 +213,16 @@ class VerifiedBlob:
         """Re-hash every byte: content hash and, where recorded, chunk digests (for ``verify``)."""
         if self.record.inline is not None:
             return  # verified whole at open
-        if not self.record.chunk_digests:
-            self.derive_chunk_digests()
-            return
-        content_hash, digests = self._scan()
+        content_hash, digests, roots = self._scan()
         if content_hash != self.record.key.digest:
             raise self._damage("its bytes do not match the content hash")
-        if digests != self.record.chunk_digests:
+        if self.record.chunk_digests and digests != self.record.chunk_digests:
             raise self._damage("its recorded chunk digests do not match its bytes")
+        if self.record.chunk_roots is not None and roots != self.record.chunk_roots:
+            raise self._damage("its recorded Merkle chunk roots do not match its bytes")
+        if self.record.merkle_root is not None and root_of_chunks(self.size, roots) != self.record.merkle_root:
+            raise self._damage("its recorded Merkle root does not match its bytes")
+        self._gained(digests, roots)  # whatever was not recorded yet
 
     def close(self) -> None:
         if self._reader is not None:
@@ -182,6 +254,11 @@ class ArtifactStream(io.RawIOBase):
     @property
     def size(self) -> int:
         return self._blob.size
+
+    @property
+    def record(self) -> BlobRecord:
+        """The blob record the stream verifies against (its Merkle root among it)."""
+        return self._blob.record
 
     def readable(self) -> bool:
         return True

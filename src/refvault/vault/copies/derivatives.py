@@ -25,6 +25,7 @@ from refvault.vault.copies.common import (
     reason_hash,
     redactor_for,
 )
+from refvault.vault.proving import with_integrity
 
 __all__ = ["Derivatives"]
 
@@ -245,7 +246,7 @@ class Derivatives(CopiesHost):
 
     def with_status(self, manifest: Manifest) -> Descriptor:
         """``manifest``'s descriptor, with ``retrieval.lineage.status`` when it is a copy or has a mark."""
-        descriptor = manifest.descriptor()
+        descriptor = with_integrity(manifest.descriptor(), self.catalog.blob(manifest.key))
         status, own = self._status(manifest)
         if manifest.origin is None and own is None:
             return descriptor
