@@ -70,3 +70,26 @@ def test_metadata_errors_and_other_tools_are_not_marked(memory_vault: Vault) -> 
     refused = box.call_sync("read_artifact", {"artifact_id": "art_" + "a" * 26}, scope=SCOPE)
     assert refused.is_error
     assert not refused.data_only
+
+
+def test_the_model_never_gets_a_proofs_neighbouring_bytes(memory_vault: Vault) -> None:
+    """A window's inclusion proof carries stored bytes beside the window (the edges of its leaves): the caller's
+    read has it, the model's answer does not (nor a window's raw bytes), and says what verified the text."""
+    from refvault import read
+
+    box = Toolbox(memory_vault)
+    before, after = b"BEFORE-canary " * 100, b" AFTER-canary" * 100
+    text = memory_vault.put(SCOPE, before + b"\nthe window\n" + after, media_type="text/plain").artifact_id
+    callers = read.window(memory_vault, SCOPE, text, lines=[1, 2])
+    assert callers["proof"]["head"] or callers["proof"]["tail"]  # the caller's proof holds neighbouring bytes
+    for name, arguments in (
+        ("read_artifact", {"artifact_id": text, "lines": [1, 2]}),
+        ("read_artifact", {"artifact_id": text, "pattern": "window"}),
+    ):
+        observation = box.call_sync(name, arguments, scope=SCOPE)
+        shown = json.loads(observation.content)
+        assert "proof" not in shown
+        assert "excerpt_base64" not in shown
+        assert shown["verified_by"]["representation"]
+        for edge in (callers["proof"]["head"], callers["proof"]["tail"]):
+            assert not edge or edge not in observation.content

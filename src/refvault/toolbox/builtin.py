@@ -244,6 +244,17 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def _for_model(answer: dict[str, Any]) -> dict[str, Any]:
+    """A read's answer as the model gets it: marked data only, without the inclusion proof (``proof``) or the
+    raw bytes of an undecodable window (``excerpt_base64``). A proof carries up to a leaf of stored bytes on
+    each side of the excerpt, outside what the model asked for, and hashes no model can use; the caller gets
+    both from the same read in Python or over HTTP. ``verified_by`` stays: it says what checked the bytes."""
+    shown = {key: value for key, value in answer.items() if key not in _FOR_CALLERS}
+    return {**shown, DATA_ONLY: True}
+
+
+_FOR_CALLERS = frozenset({"proof", "excerpt_base64"})
+
 # The tools as the model sees them. Argument names are those of refvault.read's functions.
 
 
@@ -288,7 +299,7 @@ def read_artifact(
             purpose=ctx.purpose,
             recipient=ctx.recipient,
         )
-        return {**found, DATA_ONLY: True}
+        return _for_model(found)
     if regex or from_line != 0:
         raise InvalidArgument("regex and from_line apply to a pattern search: pass pattern too")
     shown = windows.window(
@@ -301,7 +312,7 @@ def read_artifact(
         purpose=ctx.purpose,
         recipient=ctx.recipient,
     )
-    return {**shown, DATA_ONLY: True}
+    return _for_model(shown)
 
 
 def query_artifact(
@@ -333,7 +344,7 @@ def query_artifact(
         purpose=ctx.purpose,
         recipient=ctx.recipient,
     )
-    return {**answer, DATA_ONLY: True}
+    return _for_model(answer)
 
 
 def load_artifacts(artifact_ids: list[str], *, ctx: Any) -> LoadedContent:
