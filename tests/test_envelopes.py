@@ -374,7 +374,18 @@ def test_a_read_of_another_artifact_or_not_a_read_is_refused(memory_vault: Vault
     descriptor = memory_vault.describe(SCOPE, one)
     forged = {**read.window(memory_vault, SCOPE, other), "artifact_id": one}  # the id of one, the hash of other
     with pytest.raises(InvalidArgument, match="not of artifact"):
-        envelopes.VerifiedRead(descriptor, "window", {}, b"", forged)
+        envelopes.VerifiedRead(descriptor, "window", {}, b"", forged, issued_by=envelopes._ISSUED)
+
+
+def test_evidence_is_never_issued_for_bytes_the_vault_did_not_return(memory_vault: Vault) -> None:
+    """A VerifiedRead made by hand (bytes the caller typed, no read at all) is refused: only verified_read,
+    which runs the read through the vault, makes one."""
+    descriptor = memory_vault.describe(SCOPE, put_text(memory_vault))
+    for issued_by in (None, object(), True):
+        with pytest.raises(InvalidArgument, match="verified_read"):
+            envelopes.VerifiedRead(
+                descriptor, "range", {"offset": 0, "length": 22}, b"total is 1,000,000 EUR", issued_by=issued_by
+            )
 
 
 def test_damaged_bytes_give_no_evidence(memory_vault: Vault) -> None:

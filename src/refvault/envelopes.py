@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from importlib import resources
@@ -119,14 +119,17 @@ def invoke_attachment(descriptor: Descriptor | Mapping[str, Any]) -> dict[str, s
     return {"artifact_id": d.artifact_id, "media_type": d.media_type, "sha256": digest, "uri": uri(d.artifact_id)}
 
 
+_ISSUED = object()  # what verified_read hands every VerifiedRead it makes (nothing else has it)
+
+
 @dataclass(frozen=True, slots=True)
 class VerifiedRead:
     """A selective read that went through the vault, bound to the descriptor of what it read (:func:`verified_read`).
 
     ``kind`` is ``window``, ``grep``, ``query`` or ``range``; ``selection`` says which part was read;
     ``excerpt`` is exactly the bytes the read admitted; ``response`` the read's own JSON response (None for
-    a byte range, which returns bytes). Construction checks that the response is of this descriptor's
-    artifact and content hash.
+    a byte range, which returns bytes). Only :func:`verified_read` makes one: built by hand it is
+    :class:`~refvault.errors.InvalidArgument`, so evidence is never issued for bytes the vault did not return.
     """
 
     descriptor: Descriptor
@@ -134,8 +137,11 @@ class VerifiedRead:
     selection: Mapping[str, Any]
     excerpt: bytes
     response: Mapping[str, Any] | None = None
+    issued_by: object = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.issued_by is not _ISSUED:
+            raise InvalidArgument("a VerifiedRead comes from envelopes.verified_read, which runs the read itself")
         response = self.response
         if response is not None and (
             response.get("artifact_id") != self.descriptor.artifact_id
@@ -178,13 +184,13 @@ def verified_read(
     if byte_range is not None:
         offset, length = byte_range
         data = vault.read_range(scope, descriptor.artifact_id, offset, length, purpose=purpose, recipient=recipient)
-        return VerifiedRead(descriptor, "range", {"offset": offset, "length": len(data)}, data)
+        return VerifiedRead(descriptor, "range", {"offset": offset, "length": len(data)}, data, issued_by=_ISSUED)
     assert read is not None
     response = read()
     if not isinstance(response, Mapping):
         raise InvalidArgument("read must return the response of refvault.read.window, grep or query")
     kind, selection, excerpt = _admitted(response)
-    return VerifiedRead(descriptor, kind, selection, excerpt, thaw(response))
+    return VerifiedRead(descriptor, kind, selection, excerpt, thaw(response), issued_by=_ISSUED)
 
 
 def _admitted(response: Mapping[str, Any]) -> tuple[ReadKind, dict[str, Any], bytes]:
