@@ -110,16 +110,26 @@ def _split(n: int) -> int:
 
 
 def _walk(
-    lo: int, hi: int, first: int, last: int, inside: Callable[[int], bytes], outside: Callable[[int, int], bytes]
+    lo: int,
+    hi: int,
+    first: int,
+    last: int,
+    inside: Callable[[int], bytes],
+    outside: Callable[[int, int], bytes],
+    known: Callable[[int, int], bytes | None] | None = None,
 ) -> bytes:
-    """The hash of the node over leaves ``[lo, hi)`` when leaves ``[first, last)`` are covered."""
+    """The hash of the node over leaves ``[lo, hi)`` when leaves ``[first, last)`` are covered. ``known`` (the
+    prover's only) may give the hash of a node wholly inside the covered leaves without hashing them (None: it
+    does not know it); such a node adds nothing to the proof either way."""
     if hi <= first or lo >= last:
         return outside(lo, hi)
+    if known is not None and first <= lo and hi <= last and (value := known(lo, hi)) is not None:
+        return value
     if hi - lo == 1:
         return inside(lo)
     k = lo + _split(hi - lo)
-    left = _walk(lo, k, first, last, inside, outside)
-    return _node(left, _walk(k, hi, first, last, inside, outside))
+    left = _walk(lo, k, first, last, inside, outside, known)
+    return _node(left, _walk(k, hi, first, last, inside, outside, known))
 
 
 def _covered(size: int, offset: int, length: int) -> tuple[int, int, int]:
@@ -143,9 +153,10 @@ def prove_range(
     """The proof that bytes ``[offset, offset + length)`` of an object of ``size`` bytes are in its root.
 
     ``chunk_roots`` are the verified subtree hashes of every ``chunk_size`` chunk (a multiple of
-    :data:`LEAF_SIZE`); ``chunk_leaves(i)`` the leaf hashes of chunk ``i`` (called only for chunks the
-    range touches, whose bytes the caller reads and verifies anyway); ``read(offset, length)`` verified
-    bytes (called only for the head and tail leaves). The range must lie inside the object.
+    :data:`LEAF_SIZE`); ``chunk_leaves(i)`` the leaf hashes of chunk ``i`` (called only for the at most two
+    chunks the range covers in part: a chunk it covers whole is its recorded root, so a proof of any span
+    reads at most two chunks); ``read(offset, length)`` verified bytes (called only for the head and tail
+    leaves). The range must lie inside the object.
     """
     if chunk_size % LEAF_SIZE or not 0 <= offset <= offset + length <= size:
         raise ValueError("a proof covers a range inside the object, with chunks a whole number of leaves")
@@ -161,15 +172,19 @@ def prove_range(
 
     hashes: list[bytes] = []
 
-    def outside(lo: int, hi: int) -> bytes:
+    def whole(lo: int, hi: int) -> bytes | None:
         if lo % per_chunk == 0 and (hi % per_chunk == 0 or hi == leaves):  # whole chunks: their recorded roots
-            value = tree_hash(chunk_roots[lo // per_chunk : -(-hi // per_chunk)])
-        else:  # inside one chunk the range touches: its leaves
+            return tree_hash(chunk_roots[lo // per_chunk : -(-hi // per_chunk)])
+        return None
+
+    def outside(lo: int, hi: int) -> bytes:
+        value = whole(lo, hi)
+        if value is None:  # inside one chunk the range touches: its leaves
             value = tree_hash([leaf(i) for i in range(lo, hi)])
         hashes.append(value)
         return value
 
-    tree = EMPTY_TREE if leaves == 0 else _walk(0, leaves, first, last, leaf, outside)
+    tree = EMPTY_TREE if leaves == 0 else _walk(0, leaves, first, last, leaf, outside, whole)
     head = read(first * LEAF_SIZE, offset - first * LEAF_SIZE) if length else b""
     end = offset + length
     tail = read(end, min(last * LEAF_SIZE, size) - end) if length else b""
@@ -193,9 +208,14 @@ def _int(value: object) -> int:
 
 
 def _b64(value: object) -> bytes:
+    """The bytes of canonical base64 text: one text per byte string, so no bit of it goes unchecked (unused low
+    bits of the last character set, which a lenient decoder ignores, are refused)."""
     if not isinstance(value, str):
         raise ValueError("not base64 text")
-    return base64.b64decode(value.encode("ascii"), validate=True)
+    raw = base64.b64decode(value.encode("ascii"), validate=True)
+    if base64.b64encode(raw).decode("ascii") != value:
+        raise ValueError("not canonical base64")
+    return raw
 
 
 def _digest(value: object) -> bytes:

@@ -40,6 +40,31 @@ def flip_bit(data: bytes, bit: int) -> bytes:
     return bytes(out)
 
 
+B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def flip_base64_text(text: str, bit: int) -> str:
+    """``text`` with one of the six bits of one of its base64 characters flipped (padding left alone)."""
+    body = text.rstrip("=")
+    at = (bit // 6) % len(body)
+    if bit % 3 == 0:  # often the last character, whose low bits a lenient decoder ignores
+        at = len(body) - 1
+    flipped = B64[B64.index(body[at]) ^ (1 << (bit % 6))]
+    return body[:at] + flipped + body[at + 1 :] + text[len(body) :]
+
+
+def test_a_non_canonical_base64_edge_fails() -> None:
+    """Unused low bits of the last base64 character are part of the proof too: setting one fails it."""
+    offset, length = 4, 10  # head: 4 bytes, ``AAECAw==``-like, whose last character carries 4 unused bits
+    proof = prove(DATA, offset, length)
+    excerpt = DATA[offset : offset + length]
+    head = proof["head"]
+    last = len(head.rstrip("=")) - 1
+    for bit in range(6):
+        mutant = {**proof, "head": head[:last] + B64[B64.index(head[last]) ^ (1 << bit)] + head[last + 1 :]}
+        assert not verify_excerpt(excerpt, offset=offset, proof=mutant, root=ROOT), bit
+
+
 def flip_hex(text: str, bit: int) -> str:
     return flip_bit(bytes.fromhex(text), bit % (len(text) * 4)).hex()
 
@@ -78,6 +103,8 @@ def _mutants(proof: dict[str, Any], bit: int) -> list[tuple[str, dict[str, Any]]
         raw = base64.b64decode(proof[name])
         changed = flip_bit(raw, bit % (8 * len(raw))) if raw else b"\x00"
         out.append((name, {**proof, name: base64.b64encode(changed).decode()}))
+        if proof[name]:  # a bit of the text itself: any character's six bits, the unused low ones of the last too
+            out.append((f"{name} text", {**proof, name: flip_base64_text(proof[name], bit)}))
     out.append(("root", {**proof, "root": flip_hex(proof["root"], bit)}))
     out.append(("alg", {**proof, "alg": proof["alg"][:-1] + chr(ord(proof["alg"][-1]) ^ 1)}))
     hashes = proof["hashes"]

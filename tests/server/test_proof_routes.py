@@ -3,7 +3,11 @@ with nothing but the JSON that arrived."""
 
 from __future__ import annotations
 
-from refvault import verify_excerpt
+import base64
+
+from refvault import Budget, Scope, verify_excerpt
+from refvault.proofs import LEAF_SIZE
+from tests.conftest import payload
 from tests.server.world import TEXT, World
 
 
@@ -49,3 +53,22 @@ def test_the_proof_route_is_scoped_like_every_read(world: World) -> None:
     assert foreign.status_code == 404
     bad = world.http.get(f"/v1/artifacts/{artifact_id}/proof?offset=-1", headers=world.headers())
     assert bad.status_code == 400
+
+
+def test_the_proof_route_is_charged_to_the_callers_run(world: World) -> None:
+    """The proof's head and tail are stored bytes: over budget a 429 with no proof; within it, charged."""
+    run = Scope("acme", "ana", "proof-budget")
+    artifact_id = world.vault.put(run, payload(3 * LEAF_SIZE, seed=31)).artifact_id
+    world.vault.set_budget(run, Budget(read_calls=0))
+    answer = world.http.get(
+        f"/v1/artifacts/{artifact_id}/proof?offset={LEAF_SIZE - 1}&length=1", headers=world.headers(session=run.session)
+    )
+    assert answer.status_code == 429
+    assert "head" not in answer.text
+    world.vault.set_budget(run, Budget(read_calls=1))
+    answer = world.http.get(
+        f"/v1/artifacts/{artifact_id}/proof?offset={LEAF_SIZE - 1}&length=1", headers=world.headers(session=run.session)
+    )
+    assert answer.status_code == 200
+    assert len(base64.b64decode(answer.json()["proof"]["head"])) == LEAF_SIZE - 1
+    assert world.vault.usage(run).spent["scanned_bytes"] == LEAF_SIZE - 1

@@ -173,3 +173,41 @@ def test_the_async_facade_proves_ranges_too(tmp_path: object) -> None:
             assert verify_excerpt(data[MiB - 4 : MiB + 4], offset=MiB - 4, proof=proof, root=root)
 
     asyncio.run(main())
+
+
+def test_roots_a_catalog_cannot_record_are_derived_once_per_process(
+    embedded_vault: Vault, scope: Scope, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older blob on a read-only or busy catalog: its roots are derived by one full pass, then remembered by
+    the process (by content digest), not re-derived by every proof, grep or query of it."""
+    import refvault.vault.verified as verified
+    from refvault import read
+    from refvault.errors import StorageError
+
+    vault = embedded_vault
+    data = b"".join(b"line %d hello\n" % i for i in range(150_000))  # about 2 MiB
+    descriptor = vault.put(scope, data, media_type="text/plain")
+    clear_roots(vault, key_of(vault, scope, descriptor.artifact_id))
+
+    def busy(*args: object) -> None:
+        raise StorageError("the catalog is busy")
+
+    monkeypatch.setattr(vault.catalog, "record_merkle", busy)
+    monkeypatch.setattr(verified, "_derived", {}, raising=False)  # a fresh process
+    scans: list[int] = []
+    original = verified.VerifiedBlob._scan
+
+    def counted(self: verified.VerifiedBlob) -> tuple[str, bytes, bytes]:
+        scans.append(1)
+        return original(self)
+
+    monkeypatch.setattr(verified.VerifiedBlob, "_scan", counted)
+    for _ in range(3):
+        found = read.grep(vault, scope, descriptor.artifact_id, "9999 hello")
+        assert found["proof"]["root"] == merkle_root(data).hex()
+        proof = vault.prove_range(scope, descriptor.artifact_id, MiB - 3, 9)
+        assert verify_excerpt(data[MiB - 3 : MiB + 6], offset=MiB - 3, proof=proof, root=merkle_root(data).hex())
+    assert len(scans) == 1
+    record = vault.catalog.blob(key_of(vault, scope, descriptor.artifact_id))
+    assert record is not None
+    assert record.merkle_root is None  # never recorded: the catalog refused every time

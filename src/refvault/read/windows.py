@@ -198,11 +198,16 @@ def run_window(vault: Vault, scope: Scope, artifact_id: str, request: WindowRequ
         if body["invalid_utf8_bytes"]:
             raw = vault.read_range(scope, descriptor.artifact_id, span[0], span[1] - span[0])
             body["excerpt_base64"] = base64.b64encode(raw).decode("ascii")
-    scanned = descriptor.size if request.byte_span is None else body["end"] - body["start"]  # a line window counts all
-    charge(vault, scope, read_calls=1, scanned_bytes=scanned, returned_tokens=body["text"])  # before it is returned
-    excerpt, size = excerpt_of(body["text"])
-    selection = f"window {body['unit']} {body['start']}-{body['end']}"
-    vault.audit_read("window", scope, descriptor, selection=selection, excerpt_hash=excerpt, bytes=size)
+    # the proof's head and tail are stored bytes that leave with the text: charged and recorded with it
+    head, tail = base64.b64decode(proof["head"]), base64.b64decode(proof["tail"])
+    scanned = descriptor.size if request.byte_span is None else body["end"] - body["start"] + len(head) + len(tail)
+    tokens = vault.count_tokens(body["text"]) + vault.count_tokens(head + tail) if vault.budgeted(scope) else 0
+    charge(vault, scope, read_calls=1, scanned_bytes=scanned, returned_tokens=tokens)  # before it is returned
+    excerpt, size = excerpt_of(body["text"])  # of the text alone; ``bytes`` counts the proof's edges too
+    selection = f"window {body['unit']} {body['start']}-{body['end']} proof edges {len(head)}+{len(tail)}"
+    vault.audit_read(
+        "window", scope, descriptor, selection=selection, excerpt_hash=excerpt, bytes=size + len(head) + len(tail)
+    )
     proved = {"proof": proof, "verified_by": verified_by("stored bytes [proof.offset, proof.offset + proof.length)")}
     return {"status": "ok", **coverage(descriptor), "media_type": descriptor.media_type, **body, **proved}
 

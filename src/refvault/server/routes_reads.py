@@ -202,7 +202,8 @@ async def proof(
 ) -> JSONResponse:
     """``{"artifact_id", "proof", "verified_by"}``: the proof that bytes ``[offset, offset + length)`` (clipped;
     no ``length``: to the end) are in the artifact's Merkle root; check it with ``refvault.verify_excerpt``.
-    Authorised and audited as a read of those bytes (the proof discloses up to 4095 bytes each side)."""
+    Authorised like a read of those bytes; its ``head``/``tail`` (up to 4095 stored bytes each side) are charged to
+    the run's budget (429 ``budget-exceeded``, no proof) and recorded in the ledger. Reads at most two chunks."""
     checked = checked_id(artifact_id)
     result = await blocking(service.vault.prove_range, scope, checked, offset, length, **read_for.kwargs())
     return JSONResponse({"artifact_id": checked, "proof": result, "verified_by": verified_by("stored bytes")})

@@ -22,7 +22,10 @@ What is verified, and when:
   whose leaf hashes then serve the chunk's inclusion proofs. An older blob gains
   its roots from the next pass that re-hashes all of it (``read_all``, ``check``,
   or the first proof asked of it), recorded only if the content hash matched in
-  that same pass.
+  that same pass. Roots derived so are also remembered in this process (keyed by
+  the blob's content digest and chunk size, at most :data:`DERIVED_ROOTS` blobs),
+  so a catalog that cannot record them (read-only, busy) costs one such pass per
+  process, not one per read.
 * Every read opens the object once and reads only through that handle, so
   verification and selection bind to the same object version.
 
@@ -35,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -43,7 +47,20 @@ from refvault.catalog.base import BlobRecord, Catalog
 from refvault.errors import IntegrityError, InvalidArgument, StorageError
 from refvault.proofs import LEAF_SIZE, leaf_hashes, root_of, root_of_chunks, tree_hash
 
-__all__ = ["ArtifactStream", "VerifiedBlob"]
+__all__ = ["DERIVED_ROOTS", "ArtifactStream", "VerifiedBlob"]
+
+DERIVED_ROOTS = 256
+"""How many blobs' derived Merkle roots a process remembers (32 bytes per chunk each; oldest forgotten first)."""
+
+_derived: dict[tuple[str, int], tuple[bytes, bytes]] = {}  # (digest, chunk size) -> (root, chunk roots)
+_derived_lock = threading.Lock()
+
+
+def _remember(key: tuple[str, int], root: bytes, roots: bytes) -> None:
+    with _derived_lock:
+        if key not in _derived and len(_derived) >= DERIVED_ROOTS:
+            _derived.pop(next(iter(_derived)))
+        _derived[key] = (root, roots)
 
 
 class VerifiedBlob:
@@ -116,7 +133,7 @@ class VerifiedBlob:
         if self.record.inline is not None:
             return leaf_hashes(self.record.inline)
         if self.record.chunk_roots is None:
-            self.derive_merkle()
+            self.merkle()
         if index not in self._leaves:
             self.chunk(index)
         return self._leaves[index]
@@ -130,7 +147,11 @@ class VerifiedBlob:
             own = [tree_hash(leaf_hashes(self.record.inline))] if self.size else []
             return root_of(self.size, tree_hash(own)), own
         if self.record.chunk_roots is None or self.record.merkle_root is None:
-            self.derive_merkle()
+            known = _derived.get((self.record.key.digest, self.chunk_size))
+            if known is not None:  # derived from verified bytes earlier in this process: record them (best effort)
+                self._gained(None, known[1])
+            else:
+                self.derive_merkle()
         assert self.record.chunk_roots is not None
         assert self.record.merkle_root is not None
         roots = self.record.chunk_roots
@@ -174,6 +195,7 @@ class VerifiedBlob:
         if roots is not None and self.record.merkle_root is None and self.chunk_size % LEAF_SIZE == 0:
             root = root_of_chunks(self.size, roots)
             self.record = replace(self.record, merkle_root=root, chunk_roots=roots)
+            _remember((self.record.key.digest, self.chunk_size), root, roots)
             with contextlib.suppress(StorageError):
                 self._catalog.record_merkle(self.record.key, self.chunk_size, roots, root)
 
