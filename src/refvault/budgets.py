@@ -16,7 +16,7 @@ This module sits in the bottom layer: it imports only :mod:`refvault.errors` and
 
 from __future__ import annotations
 
-import math
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
@@ -29,11 +29,13 @@ __all__ = [
     "COUNTED",
     "DIMENSIONS",
     "MAX_LIMIT",
+    "MAX_SECONDS",
     "Budget",
     "BudgetRow",
     "TokenCounter",
     "Usage",
     "bytes_per_token",
+    "new_generation",
 ]
 
 DIMENSIONS = (
@@ -54,6 +56,9 @@ COUNTED = DIMENSIONS[:-1]
 MAX_LIMIT = (1 << 62) - 1
 """The largest limit of a counted dimension (it fits a signed 64-bit column with room to add)."""
 
+MAX_SECONDS = 1e12
+"""The largest ``seconds`` limit (about 31,700 years): its microseconds fit a signed 64-bit column."""
+
 TokenCounter = Callable[[bytes], int]
 """Counts the tokens of returned bytes (UTF-8 text, or raw bytes); must be cheap and never negative."""
 
@@ -70,8 +75,8 @@ def _limit(name: str, value: object) -> int | float | None:
     if value is None:
         return None
     if name == "seconds":
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise InvalidArgument("budget seconds must be a non-negative number (or None: unlimited)")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SECONDS:
+            raise InvalidArgument(f"budget seconds must be a number from 0 to {MAX_SECONDS:,.0f} (or None: unlimited)")
         return float(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LIMIT:
         raise InvalidArgument(f"budget {name} must be an integer from 0 to {MAX_LIMIT} (or None: unlimited)")
@@ -82,8 +87,8 @@ def _limit(name: str, value: object) -> int | float | None:
 class Budget:
     """What one run (a scope's session) may spend, per dimension; ``None`` (the default) is unlimited.
 
-    Invariants: every counted limit is an integer from 0 to :data:`MAX_LIMIT`; ``seconds`` is a finite
-    non-negative number. A limit of 0 refuses every operation that costs that dimension anything.
+    Invariants: every counted limit is an integer from 0 to :data:`MAX_LIMIT`; ``seconds`` is a number
+    from 0 to :data:`MAX_SECONDS`. A limit of 0 refuses every operation that costs that dimension anything.
     """
 
     acquired_bytes: int | None = None
@@ -120,12 +125,25 @@ class Budget:
         return cls(**{str(name): limit for name, limit in value.items()})
 
 
+def new_generation(previous: int | None = None) -> int:
+    """A generation for a run's budget that starts now: random, 62 bits, never 0 nor ``previous``.
+
+    Random rather than counted, so a budget cleared (its row deleted) and set again does not start
+    over at a generation an older reservation still holds (a collision: one chance in 2^62).
+    """
+    while True:
+        generation = secrets.randbits(62)
+        if generation not in (0, previous):
+            return generation
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetRow:
     """A run's budget as the catalog keeps it: the limits, what was spent (or reserved), when it started.
 
-    ``spent`` counts what every server reserved for the run, used or not yet used; ``generation`` changes
-    when the run's budget restarts, so a reservation of an older run is never returned into a newer one.
+    ``spent`` counts what every server reserved for the run, used or not yet used; ``generation`` is
+    drawn afresh (:func:`new_generation`) whenever the run's budget starts (a new row, a restart): a
+    reservation made under an older budget of the run, even one cleared and set again, never matches.
     """
 
     scope: Scope

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from refvault import Budget, BudgetExceeded, Client, Scope, Vault, errors, read
+from refvault.budgets import MAX_SECONDS
 from refvault.keys import create_key
 from tests.servers import LiveServer, serve
 
@@ -55,11 +56,20 @@ def test_only_an_admin_key_sets_a_budget_and_any_key_reads_its_usage(world: tupl
 def test_a_bad_budget_is_a_400_and_changes_nothing(world: tuple[LiveServer, str]) -> None:
     live, admin = world
     headers = {"Authorization": f"Bearer {admin}", "Refvault-Session": "bad", "Content-Type": "application/json"}
-    for body in ({"read_calls": -1}, {"tokens": 3}):
+    for body in ({"read_calls": -1}, {"tokens": 3}, {"seconds": 1e13}, {"seconds": 1e15}):
         answer = httpx.put(live.url + "/v1/budget", headers=headers, params={"user": "ana"}, content=json.dumps(body))
         assert answer.status_code in (400, 422)
     with Client(live.url, live.token) as user:
         assert user.usage(_scope("bad")).budget is None
+
+
+def test_the_budget_schema_states_the_limits_the_server_takes(world: tuple[LiveServer, str]) -> None:
+    live, _ = world
+    schema = httpx.get(live.url + "/openapi.json").json()
+    body = schema["paths"]["/v1/budget"]["put"]["requestBody"]["content"]["application/json"]["schema"]
+    seconds = body["properties"]["seconds"]["anyOf"][1]
+    assert seconds["maximum"] == MAX_SECONDS
+    Budget(seconds=seconds["maximum"])  # the largest the schema allows is taken
 
 
 Operation = Callable[[Client, Scope, dict[str, str]], Any]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from refvault import AsyncVault, Budget, BudgetExceeded, Scope, Usage, Vault, read
-from refvault.budgets import DIMENSIONS, bytes_per_token
+from refvault.budgets import DIMENSIONS, MAX_SECONDS, bytes_per_token
 from refvault.errors import InvalidArgument
 from refvault.read import records
 from refvault.toolbox.builtin import load
@@ -57,6 +57,10 @@ def test_a_budget_is_a_checked_value() -> None:
     for bad in ({"read_calls": -1}, {"read_calls": 1.5}, {"read_calls": True}, {"seconds": float("nan")}):
         with pytest.raises(InvalidArgument):
             Budget.from_json(bad)
+    assert Budget(seconds=MAX_SECONDS).seconds == MAX_SECONDS
+    for huge in (MAX_SECONDS * 1.5, 1e15, 1e300, float("inf")):  # would not fit the catalog's microseconds
+        with pytest.raises(InvalidArgument, match="budget seconds must be a number from 0 to 1,000,000,000,000"):
+            Budget(seconds=huge)
     with pytest.raises(InvalidArgument, match="unknown budget dimension 'tokens'"):
         Budget.from_json({"tokens": 3})
     assert bytes_per_token(b"") == 0
@@ -96,6 +100,11 @@ def test_another_run_is_not_charged(vault: Vault, ids: dict[str, str]) -> None:
     vault.put(OTHER, b"other")
     assert vault.usage(OTHER).spent["read_calls"] == 0
     assert _spent(vault)["acquired_bytes"] == 0
+
+
+def test_the_longest_seconds_limit_is_stored_and_read_back(vault: Vault) -> None:
+    assert vault.set_budget(RUN, Budget(seconds=MAX_SECONDS)).budget == Budget(seconds=MAX_SECONDS)
+    assert vault.usage(RUN).left["seconds"] > MAX_SECONDS - 60
 
 
 def test_restart_and_clear(vault: Vault, ids: dict[str, str]) -> None:
@@ -238,6 +247,23 @@ def test_a_query_over_budget_is_incomplete(vault: Vault, ids: dict[str, str], di
     else:
         assert 0 < cut["returned_records"] < 500
         assert cut["next_cursor"] is not None
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_a_query_page_the_token_budget_empties_resumes_where_it_stopped(
+    vault: Vault, ids: dict[str, str], ordered: bool
+) -> None:
+    order = [{"field": "i", "direction": "desc"}] if ordered else None
+    read.derive(vault, RUN, ids["rows"])
+    first = read.query(vault, RUN, ids["rows"], limit=3, order=order)
+    vault.set_budget(RUN, Budget(returned_tokens=1))  # no room for one record
+    empty = read.query(vault, RUN, ids["rows"], limit=3, order=order, cursor=first["next_cursor"])
+    assert empty["records"] == []
+    assert empty["stopped_by"] == "budget"
+    vault.clear_budget(RUN)
+    going_on = read.query(vault, RUN, ids["rows"], limit=3, order=order, cursor=empty["next_cursor"])
+    expected = [2996, 2995, 2994] if ordered else [3, 4, 5]
+    assert [row["record"]["i"] for row in going_on["records"]] == expected  # not the first page again
 
 
 def test_a_query_within_budget_is_complete(vault: Vault, ids: dict[str, str]) -> None:

@@ -498,7 +498,9 @@ class Catalog(Protocol):
         """The run budget of ``scope`` (limits, what servers reserved, when it started), or None."""
 
     def set_budget(self, scope: Scope, budget: Budget, now: datetime, *, restart: bool = False) -> BudgetRow:
-        """Set the limits of ``scope``'s run; a new run (or ``restart``) starts at ``now`` with nothing spent."""
+        """Set the limits of ``scope``'s run; a new run (or ``restart``) starts at ``now`` with nothing spent and
+        a generation never used before for the run (:func:`refvault.budgets.new_generation`); otherwise the
+        run keeps its generation and what it spent."""
 
     def clear_budget(self, scope: Scope) -> bool:
         """Remove ``scope``'s budget and what it counted; False if it had none."""

@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from refvault.budgets import COUNTED, Budget, BudgetRow
+from refvault.budgets import COUNTED, Budget, BudgetRow, new_generation
 from refvault.model import Scope
 
 __all__ = ["MemoryBudgets"]
@@ -34,7 +34,7 @@ class MemoryBudgets:
             if old is not None and not restart:
                 row = replace(old, budget=budget)
             else:
-                generation = 1 if old is None else old.generation + 1
+                generation = new_generation(None if old is None else old.generation)
                 row = BudgetRow(scope, budget, dict.fromkeys(COUNTED, 0), now, generation)
             table[scope] = row
             return row

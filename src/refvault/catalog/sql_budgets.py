@@ -4,7 +4,9 @@ A reservation is one conditional ``UPDATE ... SET spent_x = spent_x + :x WHERE s
 over every dimension it charges (and the run's generation): the database applies it or not as a whole,
 under the row's lock, so concurrent servers never count a run past any limit (PostgreSQL re-checks the
 condition on the row it waited for). A release (a negative amount) is not conditional and never takes a
-counter below zero.
+counter below zero. A new row and a restart draw a fresh random generation
+(:func:`refvault.budgets.new_generation`), so no reservation made before (even before a clear) matches; a
+set without restart keeps the generation and what was spent.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from refvault.budgets import COUNTED, Budget, BudgetRow
+from refvault.budgets import COUNTED, Budget, BudgetRow, new_generation
 from refvault.catalog.failures import translated
 from refvault.catalog.macs import micros
 from refvault.catalog.rows import from_us
@@ -75,7 +77,8 @@ class SqlBudgets:
                         conn.execute(budgets.update().where(_key(scope)).values(**limits))
                     else:
                         fresh = {f"spent_{name}": 0 for name in COUNTED}
-                        fresh.update(generation=1 if row is None else int(row.generation) + 1, started_us=micros(now))
+                        previous = None if row is None else int(row.generation)
+                        fresh.update(generation=new_generation(previous), started_us=micros(now))
                         if row is None:
                             key = {"tenant": scope.tenant, "user_name": scope.user, "session": scope.session}
                             conn.execute(budgets.insert().values(**key, **limits, **fresh))

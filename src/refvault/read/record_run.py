@@ -168,13 +168,16 @@ def page_tokens(selection: Selection) -> int:
     return selection.limit * 64
 
 
-def within_budget(page: Page, meter: ScanMeter, max_scan: int | None, selection: Selection) -> str | None:
-    """Fit ``page`` to the run's budget and say what stopped it: ``"budget"``, ``"scan_limit"``, ``"time"``
-    or None (complete).
+def within_budget(
+    page: Page, meter: ScanMeter, max_scan: int | None, selection: Selection, position: Mapping[str, Any]
+) -> str | None:
+    """Fit ``page`` (read from ``position``, the cursor's; empty on a first page) to the run's budget and say
+    what stopped it: ``"budget"``, ``"scan_limit"``, ``"time"`` or None (complete).
 
     A scan the run's scanned_records budget cut says so in its omission; records the run's returned_tokens
     budget has no room for are left out from the first that does not fit, with a position to go on from
-    there (``scan_complete`` false): never a silent cut.
+    there (``scan_complete`` false): never a silent cut. A page the budget empties goes on from where it
+    began (an ordered page: after the record its cursor named), never from the first record again.
     """
     stopped: str | None = None
     if not page.scan_complete:
@@ -199,7 +202,8 @@ def within_budget(page: Page, meter: ScanMeter, max_scan: int | None, selection:
     page.rows = page.rows[:kept]
     if ordered:
         end = selection.start + page.scanned
-        page.next_position = {"after": page.rows[-1][0], "end": end} if page.rows else {"end": end}
+        after = page.rows[-1][0] if page.rows else position.get("after")
+        page.next_position = {"end": end} if after is None else {"after": after, "end": end}
     else:
         page.next_position = {"from": resume}
     page.scan_complete = False

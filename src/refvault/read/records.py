@@ -220,7 +220,7 @@ def run_query(vault: Vault, scope: Scope, artifact_id: str, request: QueryReques
         with engine.view(vault, scope, artifact_id, derivation) as view:
             run = Run(engine, view, records, selection, position, meter.seconds, max_scan)
             page = run.ordered() if selection.order else run.by_index()
-        stopped_by = within_budget(page, meter, request.max_scan, selection)
+        stopped_by = within_budget(page, meter, request.max_scan, selection, position)
         meter.settle(records=page.scanned)
         proved = whole_object_proof(vault, scope, descriptor, _RECORDS_REPRESENTATION)
     rows_text = json.dumps(

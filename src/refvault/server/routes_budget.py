@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Response
 from fastapi.responses import JSONResponse
 
-from refvault.budgets import DIMENSIONS, MAX_LIMIT, Budget
+from refvault.budgets import DIMENSIONS, MAX_LIMIT, MAX_SECONDS, Budget
 from refvault.errors import InvalidArgument
 from refvault.model import Scope
 from refvault.server.auth import NAME_PATTERN, Caller, admin_scope
@@ -28,7 +28,7 @@ router = APIRouter(responses={"default": PROBLEM_RESPONSE})
 Admin = Annotated[Scope, Depends(admin_scope)]
 User = Annotated[str | None, Query(pattern=NAME_PATTERN, description="another user of the admin key's tenant")]
 _COUNT = {"anyOf": [{"type": "null"}, {"type": "integer", "minimum": 0, "maximum": MAX_LIMIT}]}
-_SECONDS = {"anyOf": [{"type": "null"}, {"type": "number", "minimum": 0, "maximum": 1e15}]}
+_SECONDS = {"anyOf": [{"type": "null"}, {"type": "number", "minimum": 0, "maximum": MAX_SECONDS}]}
 _BUDGET_BODY = {
     "type": "object",
     "properties": {name: _SECONDS if name == "seconds" else _COUNT for name in DIMENSIONS},

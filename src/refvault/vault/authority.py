@@ -87,7 +87,7 @@ class PolicyStore(Protocol):
 class Vault(PolicyStore, Protocol):
     """What the door needs of a :class:`refvault.Vault` (a protocol, so this module need not import the vault)."""
 
-    def redacted_view(self, manifest: Manifest, redactor: str | None) -> Manifest: ...
+    def redacted_view(self, manifest: Manifest, redactor: str | None, reader: Scope) -> Manifest: ...
 
 
 # -- the door ------------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def authorize(
             facts["grant_id"] = manifest.grant_id
     decision = _check(vault, scope, manifest, owner, purpose, recipient, facts)
     if decision.action == "redact":  # serve the redaction derivative (made once), if its own labels are allowed
-        derivative = vault.redacted_view(manifest, decision.redactor)
+        derivative = vault.redacted_view(manifest, decision.redactor, scope)  # charged to the reader's run
         if _check(vault, scope, derivative, owner, purpose, recipient, None).action != "allow":
             _refuse(manifest, owner, decision)  # named by the id asked for: a refusal says nothing of the copy
         return derivative

@@ -17,6 +17,12 @@ Invariants (tested in ``tests/vault/test_budgets.py`` and ``tests/catalog/test_b
   spend stays within every counted limit. Only ``seconds`` (wall time, checked as an operation starts)
   can be overrun, by the one operation running when it ran out. What a server reserved and did not use
   is returned when :meth:`Vault.usage` is asked or the vault closes (a server that dies keeps it counted).
+* **A budget changed elsewhere binds reservations made before it.** A restart, or a budget cleared and
+  set again, has a generation never used before for the run: older reservations are dropped, not spent.
+  Limits lowered without restart keep the generation and what was spent; a server that then reads a
+  row counting a dimension past its new limit returns its reservation of it before it charges again.
+  Either way, once every server has read the change (within :data:`REFRESH` seconds), the run spends
+  past its new limits by at most the one operation running then.
 * **No budget costs one cached look.** A run without a budget is recognised from what this process read
   of the catalog at most :data:`REFRESH` seconds ago; a budget set on another server therefore applies
   here within :data:`REFRESH` seconds (at once on the server that set it). A run's limits and restarts
@@ -124,10 +130,27 @@ class Ledger:
             return state if state.row is not None else None
 
     def _adopt(self, state: _Run, row: BudgetRow | None) -> None:
-        """Take ``row`` as the run's current row: a reservation of another generation (or none) is dropped."""
+        """Take ``row`` as the run's current row (read from the catalog just now).
+
+        A reservation of another generation (or of a run that has no budget now) is dropped, not returned:
+        the row it was counted in is gone. Of the same generation, limits lowered since it was made: a
+        dimension the row counts past its new limit has reservations beyond it, so this process returns
+        its own (every server does on its next look) and the run goes on only from what it really used.
+        """
         if row is None or state.row is None or row.generation != state.row.generation:
             state.lease.clear()
             state.pending.clear()
+        else:
+            over = {
+                name: -amount
+                for name, amount in state.lease.items()
+                if amount > 0 and (limit := getattr(row.budget, name)) is not None and row.spent[name] > limit
+            }
+            if over:
+                for name in over:
+                    del state.lease[name]
+                self._record(row.scope, row, over)
+                row = replace(row, spent={**row.spent, **{n: max(0, row.spent[n] + a) for n, a in over.items()}})
         state.row, state.looked = row, time.monotonic()
 
     def _forget(self) -> None:

@@ -413,9 +413,15 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         return descriptor
 
     def _capture(
-        self, owner: Scope, data: object, checked: CaptureMetadata, origin: dict[str, Any] | None, facts: dict[str, Any]
+        self,
+        owner: Scope,
+        data: object,
+        checked: CaptureMetadata,
+        origin: dict[str, Any] | None,
+        facts: dict[str, Any],
+        payer: Scope | None = None,
     ) -> Descriptor:
-        """Store ``data`` with ``checked`` metadata (and ``origin``, for a copy the vault makes itself) in ``owner``."""
+        """Store ``data`` in ``owner`` with ``checked`` metadata (``origin``: a copy's), charged to ``payer``'s run."""
         moment = now = self.clock()
         created_at = checked.created_at
         if created_at is not None:
@@ -459,7 +465,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
             put_facts = {"content_hash": "sha256:" + got.digest}
             entry = entry_of(now, "put", owner, manifest.artifact_id, "ok", put_facts)
         requires = checked.recorded_derived_from() if made else ()  # a copy the vault makes needs its sources
-        with self._put_charged(owner, got.size, got.writer, checked.idempotency_key):  # the run's budget
+        with self._put_charged(payer or owner, got.size, got.writer, checked.idempotency_key):  # the run's budget
             stored = self._committer.submit(Pending(Publication(manifest, record, entry, requires), got.writer))
         descriptor = with_integrity(stored.descriptor() if stored.origin is None else self.with_status(stored), record)
         facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)

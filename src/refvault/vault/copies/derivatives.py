@@ -104,7 +104,7 @@ class Derivatives(CopiesHost):
                 raise InvalidArgument(f"redactor must be one of {', '.join(REDACTOR_NAMES)}")
             paths = checked_fields(fields)
             source = self._manifest(owner, artifact_id)
-            descriptor = self._redaction(owner, source, redactor, paths, facts)
+            descriptor = self._redaction(owner, source, redactor, paths, facts, owner)
             facts["detail"] = f"redactor={redactor}"
         return descriptor
 
@@ -134,7 +134,10 @@ class Derivatives(CopiesHost):
         redactor: str,
         paths: tuple[str, ...] | None,
         facts: dict[str, Any],
+        payer: Scope,
     ) -> Descriptor:
+        """The redaction of ``source`` (kept in ``owner``'s scope; made once): when made now, one recomputation and
+        its bytes are charged to ``payer``'s run (the caller of ``redact``, or the reader a policy made it for)."""
         existing = self._existing_redaction(source, redactor, paths)
         if existing is not None:
             facts.update(artifact_id=existing.artifact_id, content_hash="sha256:" + existing.digest)
@@ -146,7 +149,7 @@ class Derivatives(CopiesHost):
                 f"artifact {source.artifact_id} is {source.size} bytes; redaction takes at most "
                 f"{limits.MAX_REDACT_BYTES} bytes"
             )
-        self.charge(owner, recomputations=1)  # the owner's run: a new derivative is computed
+        self.charge(payer, recomputations=1)  # the run it is made for: a new derivative is computed
         data = self._verified_bytes(source)
         outcome = redact_bytes(data, media_type=source.media_type, redactor=redactor, fields=paths)
         spec = REDACTORS[redactor]
@@ -182,7 +185,7 @@ class Derivatives(CopiesHost):
             derived_from=(source.artifact_id,),
             expires_at=source.expires_at,
         )
-        return self._capture(owner, outcome.data, checked, origin, facts)
+        return self._capture(owner, outcome.data, checked, origin, facts, payer)
 
     def _verified_bytes(self, manifest: Manifest) -> bytes:
         """Every byte of an artifact the caller already resolved, verified against its digests. For the vault's own
@@ -194,16 +197,19 @@ class Derivatives(CopiesHost):
         ) as s:
             return s.read()
 
-    def redacted_view(self, manifest: Manifest, redactor: str | None) -> Manifest:
+    def redacted_view(self, manifest: Manifest, redactor: str | None, reader: Scope) -> Manifest:
         """The redaction derivative a policy's ``redact`` action serves for ``manifest`` (made once, in its owner's
-        scope), as the reader's view of it (the grant id carried over)."""
+        scope), as the reader's view of it (the grant id carried over).
+
+        Made now, it is charged to ``reader``'s run (whose read made it), never to the owner's: a grantee's read
+        is neither refused by the owner's budget nor told its limits (``docs/budgets.md``)."""
         name = redactor_for(manifest.labels, redactor)
         with self._audited("redact", manifest.scope, manifest.artifact_id) as facts:
             owned = self.catalog.find(manifest.scope, manifest.artifact_id)
             if owned is None:
                 raise NotFound(manifest.artifact_id)
             try:
-                descriptor = self._redaction(manifest.scope, owned, name, None, facts)
+                descriptor = self._redaction(manifest.scope, owned, name, None, facts, reader)
             except QuotaExceeded:
                 if manifest.grant_id is None:
                     raise
@@ -352,7 +358,7 @@ class Derivatives(CopiesHost):
                 )
             redactor = str(origin.get("redactor"))
             paths = None if origin.get("fields") is None else tuple(origin["fields"])
-            fresh = self._redaction(owner, newest, redactor, paths, facts)
+            fresh = self._redaction(owner, newest, redactor, paths, facts, owner)
             mark = Mark(
                 owner.tenant,
                 stale.artifact_id,
