@@ -102,6 +102,8 @@ OPERATIONS = [
     ("GET", "/v1/artifacts/{artifact_id}/holds"),
     ("DELETE", "/v1/artifacts/{artifact_id}/holds/{hold_id}"),
     ("POST", "/v1/replay-status"),
+    ("POST", "/v1/evidence"),
+    ("GET", "/v1/replay-packet"),
 ]
 
 

@@ -287,7 +287,7 @@ def test_read_artifact_windows_equal_read_window(vault: Vault, scope: Scope, mod
     artifact_id = text_id(vault, scope)
     arguments = WINDOW_CASES[case]
     answer = ok(dispatch(box, mode, "read_artifact", {"artifact_id": artifact_id, **arguments}, scope=scope))
-    assert answer == {**read.window(vault, scope, artifact_id, **arguments), "data_only": True}
+    assert answer == _for_model(read.window(vault, scope, artifact_id, **arguments))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -324,7 +324,7 @@ def test_read_artifact_grep_equals_read_grep(vault: Vault, scope: Scope, mode: s
     answer = ok(dispatch(box, mode, "read_artifact", {"artifact_id": artifact_id, **arguments}, scope=scope))
     pattern = arguments["pattern"]
     rest = {k: v for k, v in arguments.items() if k != "pattern"}
-    assert answer == {**read.grep(vault, scope, artifact_id, pattern, **rest), "data_only": True}
+    assert answer == _for_model(read.grep(vault, scope, artifact_id, pattern, **rest))
     assert answer["matches"] or answer["scan_complete"]
 
 
@@ -711,3 +711,9 @@ def test_load_says_what_a_partial_capture_lacks(vault: Vault, scope: Scope) -> N
     head = observation.parts[0]["text"].splitlines()[0]
     assert "capture partial" in head
     assert "collector partition" in head
+
+
+def _for_model(found: dict[str, Any]) -> dict[str, Any]:
+    """What the read tool answers for a read: the same, without the caller's proof and raw bytes, data only."""
+    assert "proof" in found  # the caller's read has it: the tool leaves it out
+    return {**{k: v for k, v in found.items() if k not in ("proof", "excerpt_base64")}, "data_only": True}

@@ -64,7 +64,15 @@ MAX_FIELD_PATH = 256
 HOLD_ID = re.compile(r"hold_[0-9a-f]{16}")  # what Vault.hold issues
 
 _ArtifactId = Annotated[str, Field(pattern=ARTIFACT_ID_PATTERN)]
-_Reason = Annotated[str, Field(min_length=1, max_length=MAX_REASON, description=f"Why (1-{MAX_REASON} characters).")]
+_Reason = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_REASON,
+        pattern=r"^[^\x00]*$",
+        description=f"Why (1-{MAX_REASON} characters, no NUL).",
+    ),
+]
 
 
 # -- request bodies ------------------------------------------------------------------------------
