@@ -25,17 +25,18 @@ class RunCalls(ClientHost):
         """``POST /v1/evidence``: :meth:`Vault.record_evidence <refvault.Vault.record_evidence>` on the server."""
         if not isinstance(request, EvidenceRequest):
             raise InvalidArgument("request must be a refvault.runs.EvidenceRequest")
-        body = {
+        body: dict[str, Any] = {
             "kind": request.kind,
             "decision": request.decision,
             "artifact_id": request.artifact_id,
             "decided_at": format_time(request.decided_at),
             "satisfied": request.satisfied,
             "reasons": list(request.reasons),
-            "replaces": request.replaces,
             "explanation": request.explanation,
             "charged": dict(request.charged),
         }
+        if request.replaces is not None:
+            body["replaces"] = request.replaces
         answer = self._json(self._call("POST", "/evidence", scope, json_body=body))
         try:
             return _record(answer, scope)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from refvault.budgets import COUNTED
 from refvault.errors import InvalidArgument
 from refvault.model import format_time
 
@@ -40,16 +41,18 @@ MAX_EXPLANATION = 1024
 MAX_REASONS = 16
 MAX_RUN_RECORDS = 10_000  # records one replay packet lists
 _CODE = re.compile(r"[a-z][a-z_]{0,39}")
-_DIMENSION = re.compile(r"[a-z][a-z_]{0,31}")
+DECISION_PATTERN = r"[^\x00-\x1f\x7f]+"  # a decision's name: no control characters
+EXPLANATION_PATTERN = r"[^\x00]*"  # no NUL (no catalog stores it alike)
 
 
 @dataclass(frozen=True, slots=True)
 class EvidenceRequest:
     """What a caller asks the vault to record about one piece of evidence (see :class:`EvidenceRecord`).
 
-    Validated on construction (:class:`~refvault.errors.InvalidArgument`): ``decision`` is 1-256 printable
-    characters, ``decided_at`` an aware datetime, ``reasons`` at most 16 lower-case codes, ``explanation`` at
-    most 1024 characters, ``charged`` non-negative integers by dimension. The vault, not the caller, supplies
+    Validated on construction (:class:`~refvault.errors.InvalidArgument`): ``decision`` is 1-256 characters
+    without control characters, ``decided_at`` an aware datetime, ``reasons`` at most 16 lower-case codes,
+    ``explanation`` at most 1024 characters without NUL, ``charged`` non-negative integers by counted budget
+    dimension (:data:`refvault.budgets.COUNTED`). The vault, not the caller, supplies
     the content hash (only of an artifact the caller may read) and the time it was recorded.
     """
 
@@ -68,10 +71,10 @@ class EvidenceRequest:
             raise InvalidArgument(f"kind must be one of {', '.join(EVIDENCE_KINDS)}")
         if (
             not isinstance(self.decision, str)
-            or not 1 <= len(self.decision) <= MAX_DECISION
-            or not self.decision.isprintable()
+            or len(self.decision) > MAX_DECISION
+            or not re.fullmatch(DECISION_PATTERN, self.decision)
         ):
-            raise InvalidArgument(f"decision must name the decision in 1-{MAX_DECISION} printable characters")
+            raise InvalidArgument(f"decision must name the decision in 1-{MAX_DECISION} characters (no control ones)")
         if not isinstance(self.decided_at, datetime) or self.decided_at.tzinfo is None:
             raise InvalidArgument("decided_at must be a timezone-aware datetime (the decision time)")
         if not isinstance(self.satisfied, bool):
@@ -84,13 +87,16 @@ class EvidenceRequest:
         ):
             raise InvalidArgument(f"reasons must be at most {MAX_REASONS} reason codes (refvault.evidence.REASONS)")
         object.__setattr__(self, "reasons", reasons)
-        if not isinstance(self.explanation, str) or len(self.explanation) > MAX_EXPLANATION:
-            raise InvalidArgument(f"explanation must be a string of at most {MAX_EXPLANATION} characters")
-        if not isinstance(self.charged, Mapping) or not all(
-            isinstance(k, str) and _DIMENSION.fullmatch(k) and type(v) is int and v >= 0
-            for k, v in self.charged.items()
+        if (
+            not isinstance(self.explanation, str)
+            or len(self.explanation) > MAX_EXPLANATION
+            or not re.fullmatch(EXPLANATION_PATTERN, self.explanation)
         ):
-            raise InvalidArgument("charged must map budget dimensions to non-negative integers")
+            raise InvalidArgument(f"explanation must be text of at most {MAX_EXPLANATION} characters (no NUL)")
+        if not isinstance(self.charged, Mapping) or not all(
+            k in COUNTED and type(v) is int and v >= 0 for k, v in self.charged.items()
+        ):
+            raise InvalidArgument(f"charged must map budget dimensions ({', '.join(COUNTED)}) to non-negative integers")
         object.__setattr__(self, "charged", dict(self.charged))
         if (self.kind == "substituted") != (self.replaces is not None):
             raise InvalidArgument("a substitution names the evidence it replaces (and only a substitution does)")

@@ -11,46 +11,82 @@ exactly like an absent one; every answer is ids, hashes, codes and times, never 
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the routes' annotations at runtime.
-from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Body
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from refvault.ids import ARTIFACT_ID_PATTERN
-from refvault.runs import MAX_DECISION, MAX_EXPLANATION, MAX_REASONS, EvidenceRecord, EvidenceRequest, ReplayPacket
+from refvault.runs import (
+    DECISION_PATTERN,
+    EXPLANATION_PATTERN,
+    MAX_DECISION,
+    MAX_EXPLANATION,
+    MAX_REASONS,
+    EvidenceRecord,
+    EvidenceRequest,
+    ReplayPacket,
+)
 from refvault.server.auth import Caller
 from refvault.server.schema import PROBLEM_RESPONSE, open_json
 from refvault.server.service import Service
 from refvault.server.threads import blocking
 
-__all__ = ["EvidenceBody", "router"]
+__all__ = ["Charged", "EvidenceBody", "SubstitutionBody", "UseBody", "router"]
 
 router = APIRouter(responses={"default": PROBLEM_RESPONSE})
 
 _ArtifactId = Annotated[str, Field(pattern=ARTIFACT_ID_PATTERN)]
 _Code = Annotated[str, Field(pattern=r"^[a-z][a-z_]{0,39}$")]
+_Amount = Annotated[int, Field(ge=0, le=2**62 - 1)] | None
 
 
-class EvidenceBody(BaseModel):
-    """``POST /v1/evidence``: one record of what a decision of the caller's run used (``refvault.runs``)."""
+class Charged(BaseModel):
+    """What a reacquisition charged the run's budget, per counted dimension (``refvault.budgets``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["used", "substituted", "refused"]
-    decision: Annotated[str, Field(min_length=1, max_length=MAX_DECISION)]
+    acquired_bytes: _Amount = None
+    retained_bytes: _Amount = None
+    read_calls: _Amount = None
+    scanned_records: _Amount = None
+    scanned_bytes: _Amount = None
+    returned_tokens: _Amount = None
+    recomputations: _Amount = None
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Annotated[str, Field(min_length=1, max_length=MAX_DECISION, pattern=f"^{DECISION_PATTERN}$")]
     artifact_id: _ArtifactId
-    decided_at: datetime
+    decided_at: AwareDatetime
     satisfied: bool
     reasons: Annotated[list[_Code], Field(max_length=MAX_REASONS)] = []
-    replaces: _ArtifactId | None = None
-    explanation: Annotated[str, Field(max_length=MAX_EXPLANATION)] = ""
-    charged: dict[Annotated[str, Field(pattern=r"^[a-z][a-z_]{0,31}$")], Annotated[int, Field(ge=0)]] = {}
+    explanation: Annotated[str, Field(max_length=MAX_EXPLANATION, pattern=f"^{EXPLANATION_PATTERN}$")] = ""
+    charged: Charged = Charged()
+
+
+class UseBody(_Record):
+    """A use (``used``) or a refused reacquisition (``refused``): names no evidence it replaces."""
+
+    kind: Literal["used", "refused"]
+
+
+class SubstitutionBody(_Record):
+    """A substitution: ``artifact_id`` is the new evidence, ``replaces`` the old."""
+
+    kind: Literal["substituted"]
+    replaces: _ArtifactId
+
+
+EvidenceBody = Annotated[UseBody | SubstitutionBody, Field(discriminator="kind")]
+"""``POST /v1/evidence``: one record of what a decision of the caller's run used (``refvault.runs``)."""
 
 
 @router.post("/evidence", status_code=201, tags=["runs"], responses={201: open_json("The stored evidence record")})
-async def record_evidence(body: EvidenceBody, scope: Caller, service: Service) -> JSONResponse:
+async def record_evidence(body: Annotated[EvidenceBody, Body()], scope: Caller, service: Service) -> JSONResponse:
     """Record what a decision of the caller's run used, a substitution, or a refused reacquisition."""
     request = EvidenceRequest(
         kind=body.kind,
@@ -59,9 +95,9 @@ async def record_evidence(body: EvidenceBody, scope: Caller, service: Service) -
         decided_at=body.decided_at,
         satisfied=body.satisfied,
         reasons=tuple(body.reasons),
-        replaces=body.replaces,
+        replaces=body.replaces if isinstance(body, SubstitutionBody) else None,
         explanation=body.explanation,
-        charged=dict(body.charged),
+        charged=body.charged.model_dump(exclude_none=True),
     )
     stored: EvidenceRecord = await blocking(service.vault.record_evidence, scope, request)
     return JSONResponse(stored.to_dict(), status_code=201)
