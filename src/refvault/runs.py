@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from refvault.budgets import COUNTED
@@ -77,6 +77,10 @@ class EvidenceRequest:
             raise InvalidArgument(f"decision must name the decision in 1-{MAX_DECISION} characters (no control ones)")
         if not isinstance(self.decided_at, datetime) or self.decided_at.tzinfo is None:
             raise InvalidArgument("decided_at must be a timezone-aware datetime (the decision time)")
+        try:
+            object.__setattr__(self, "decided_at", self.decided_at.astimezone(UTC))
+        except OverflowError:
+            raise InvalidArgument("decided_at is out of range in UTC") from None
         if not isinstance(self.satisfied, bool):
             raise InvalidArgument("satisfied must be a bool")
         reasons = tuple(self.reasons) if isinstance(self.reasons, tuple | list) else None

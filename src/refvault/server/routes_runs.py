@@ -39,7 +39,7 @@ router = APIRouter(responses={"default": PROBLEM_RESPONSE})
 
 _ArtifactId = Annotated[str, Field(pattern=ARTIFACT_ID_PATTERN)]
 _Code = Annotated[str, Field(pattern=r"^[a-z][a-z_]{0,39}$")]
-_Amount = Annotated[int, Field(ge=0, le=2**62 - 1)] | None
+_Amount = Annotated[int, Field(ge=0, le=2**53)] | None  # as far as a JSON number counts exactly
 
 
 class Charged(BaseModel):
