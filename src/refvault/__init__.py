@@ -37,6 +37,8 @@ _EXPORTS = {
     "Principal": "refvault.model",
     "Scope": "refvault.model",
     "Vault": "refvault.vault.core",
+    "WorkingSet": "refvault.context",
+    "WorkingSetStats": "refvault.context",
     "VerifyReport": "refvault.vault.core",
     "envelopes": "refvault.envelopes",
     "errors": "refvault.errors",
@@ -149,6 +151,8 @@ __all__ = [
     "evidence",
     "read",
     "verify_excerpt",
+    "WorkingSet",
+    "WorkingSetStats",
 ]
 
 if TYPE_CHECKING:
@@ -156,6 +160,7 @@ if TYPE_CHECKING:
     from refvault.budgets import Budget, Usage
     from refvault.catalog.audit_log import AuditEntry, AuditReport, DisclosureEntry
     from refvault.client import Client
+    from refvault.context import WorkingSet, WorkingSetStats
     from refvault.copies import DeletionReport, Hold, LineageGraph, LineageNode, Receipt
     from refvault.errors import (
         BadRef,

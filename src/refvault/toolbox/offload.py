@@ -34,7 +34,7 @@ from refvault.model import Descriptor, Scope, is_records
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
 
-__all__ = ["offload"]
+__all__ = ["capture_text", "offload"]
 
 logger = logging.getLogger("refvault.toolbox")
 
@@ -66,16 +66,15 @@ def offload(
     from refvault.read import previews
 
     data = text.encode("utf-8", "surrogatepass")
-    disclosure: Literal["model", "sealed"] = "sealed" if sealed else "model"
     try:
-        descriptor = vault.put(
+        descriptor = capture_text(
+            vault,
             scope,
-            data,
-            media_type=_media_type(data) if isinstance(result, str) else "application/json",
-            disclosure=disclosure,
+            text,
+            result,
+            sealed=sealed,
             tool_call_id=tool_call_id,
             run_id=run_id,
-            completeness={"status": "complete", "omissions": []},
             labels=labels,
             derived_from=derived_from,
         )
@@ -90,6 +89,37 @@ def offload(
         summary = _records_summary(vault, scope, descriptor, result)
         shown = previews.preview(descriptor, data, value=result, records=summary, max_chars=preview_chars)
     return json.dumps({"offloaded": shown}, ensure_ascii=False), [descriptor]
+
+
+def capture_text(
+    vault: VaultContract,
+    scope: Scope,
+    text: str,
+    result: Any,
+    *,
+    sealed: bool,
+    tool_call_id: str | None,
+    run_id: str | None,
+    labels: frozenset[str] = frozenset(),
+    derived_from: Sequence[str] = (),
+) -> Descriptor:
+    """Store ``text`` (the rendering of ``result``) exactly, as :func:`offload` does, and return its descriptor.
+
+    Also what ``Toolbox(keep_results=True)`` stores of a result it returns inline. Raises what ``put`` raises.
+    """
+    data = text.encode("utf-8", "surrogatepass")
+    disclosure: Literal["model", "sealed"] = "sealed" if sealed else "model"
+    return vault.put(
+        scope,
+        data,
+        media_type=_media_type(data) if isinstance(result, str) else "application/json",
+        disclosure=disclosure,
+        tool_call_id=tool_call_id,
+        run_id=run_id,
+        completeness={"status": "complete", "omissions": []},
+        labels=labels,
+        derived_from=derived_from,
+    )
 
 
 def _media_type(data: bytes) -> str:

@@ -67,7 +67,7 @@ from refvault.toolbox.invocation import (
     run_private,
     tainted,
 )
-from refvault.toolbox.offload import offload
+from refvault.toolbox.offload import capture_text, offload
 from refvault.toolbox.ref import DispatchFrame, enter_frame
 from refvault.toolbox.schemas import Flavor as Flavor  # re-exported, as before
 from refvault.toolbox.schemas import gemini_schema as gemini_schema  # re-exported, as before
@@ -116,6 +116,7 @@ class Toolbox:
         model: str | None = None,
         purpose: str = "default",
         budget: Budget | None = None,
+        keep_results: bool = False,
     ) -> None:
         """``read_tools`` registers describe/list/read/query/load_artifacts; offloading needs them.
 
@@ -131,7 +132,9 @@ class Toolbox:
         (``BudgetExceeded``) or an incomplete scan (``stopped_by: "budget"``).
 
         ``offload_tokens`` is the default threshold above which a result is
-        offloaded (None: never); ``preview_chars`` bounds each preview.
+        offloaded (None: never); ``preview_chars`` bounds each preview. ``keep_results=True`` also
+        stores every text result returned inline (under its ``tool_call_id``, with its labels), so a
+        :class:`~refvault.context.WorkingSet` can later clear it from the context without losing it.
         ``guard`` is the :class:`~refvault.guard.LeakGuard` (any
         :class:`~refvault.guard.contract.Guard`) that learns every value a tool
         reads by reference (default: one made on first use; None: none). Check
@@ -163,6 +166,9 @@ class Toolbox:
         self.read_tools = read_tools
         self.offload_tokens = offload_tokens if read_tools else None
         self.preview_chars = preview_chars
+        if not isinstance(keep_results, bool):
+            raise InvalidArgument("keep_results must be True or False")
+        self.keep_results = keep_results
         self._guard = guard
         self._served: Scope | None = None  # the scope of the latest call: whose tenant's policy the guard asks
         self._policy_cache: tuple[str, float, Policy | None] | None = None
@@ -657,11 +663,11 @@ class Toolbox:
         withheld = not self._model_may_see(prepared)
         threshold = prepared.tool.offload_tokens
         if not withheld and (threshold is None or 2 * len(text) <= threshold):  # at most 2 tokens per character
-            return text, [], ()
+            return text, self._kept(text, result, prepared), ()
         from refvault.read.previews import estimate_tokens
 
         if not withheld and threshold is not None and estimate_tokens(text) <= threshold:
-            return text, [], ()
+            return text, self._kept(text, result, prepared), ()
         content, captured = offload(
             self.vault,
             prepared.scope,
@@ -677,6 +683,28 @@ class Toolbox:
             withheld=withheld,
         )
         return content, captured, ()
+
+    def _kept(self, text: str, result: Any, prepared: Prepared) -> list[Descriptor]:
+        """With ``keep_results``, store a result going inline; a failed store loses nothing the model gets."""
+        if not self.keep_results:
+            return []
+        try:
+            return [
+                capture_text(
+                    self.vault,
+                    prepared.scope,
+                    text,
+                    result,
+                    sealed=prepared.sealed_inputs,
+                    tool_call_id=prepared.tool_call_id,
+                    run_id=prepared.run_id,
+                    labels=prepared.labels,
+                    derived_from=prepared.refs + prepared.read_ids,
+                )
+            ]
+        except Exception as exc:
+            logger.warning("keeping a result of tool %s failed: %s", prepared.tool.name, type(exc).__name__)
+            return []
 
     def _model_may_see(self, prepared: Prepared) -> bool:
         """Whether this call's text result may go inline: its inputs' labels, against the policy for the model."""

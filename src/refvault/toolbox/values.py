@@ -119,9 +119,10 @@ def joined_text(content: str, parts: Sequence[Mapping[str, Any]]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ToolEvent:
-    """One step of a run, by id only: a tool started, finished or failed."""
+    """One step of a run, by id only: a tool started, finished or failed; or the model kept bringing back an
+    artifact the context working set cleared (``context_thrash``, :class:`refvault.context.WorkingSet`)."""
 
-    kind: Literal["tool_started", "tool_finished", "tool_failed"]
+    kind: Literal["tool_started", "tool_finished", "tool_failed", "context_thrash"]
     tool: str
     run_id: str | None
     tool_call_id: str | None

@@ -1,0 +1,200 @@
+"""What a tool message holds of the vault, and the stub that stands in for it once cleared.
+
+A tool result can be cleared losslessly only if the vault can give it back. Two kinds qualify
+(:func:`subject_of`):
+
+* **stored**: artifacts in the scope carry the message's ``tool_call_id`` (the Toolbox captured the
+  result, offloaded or kept with ``keep_results=True``), all of them disclosed to the model:
+  ``load_artifacts`` or a read tool brings the result back;
+* **observed**: the content is a refvault observation naming artifacts the caller can describe in
+  the scope (an offloaded preview, an ``{"artifact": ...}`` summary, a read tool's answer, a
+  ``load_artifacts`` answer): the same read brings it back.
+
+Anything else (a result held nowhere, an id the scope cannot describe) is never cleared.
+
+A stub (:func:`stub`) is JSON naming the ids, what they are (media type, size, disclosure), what the
+cleared message covered, its size in tokens, and the call that restores it. It carries no byte of
+any artifact (so none of a sealed or policy-denied one): metadata the caller may describe, or the
+bare id when the policy refuses even that. Stubs are deterministic: the same message and vault state
+give the same text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from refvault.errors import RefvaultError
+from refvault.ids import is_artifact_id
+from refvault.model import Descriptor, Scope
+
+__all__ = ["RECOVERING", "Subject", "message_text", "named_ids", "stub", "subject_of"]
+
+RECOVERING = frozenset({"load_artifacts", "read_artifact", "query_artifact"})  # what brings a result back
+_COVERAGE_KEYS = ("unit", "start", "end", "total", "next", "record_range", "returned", "scanned", "complete")
+_LOADED_ID = re.compile(r"^\[(art_[a-z2-7]+)\]", re.MULTILINE)  # a load_artifacts text part's header
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """The artifacts a tool message stands for, and how it came to hold them.
+
+    ``kind`` is ``"stored"`` (captured under the message's ``tool_call_id``) or ``"observed"`` (the
+    content names them). ``descriptors`` are what the caller may describe, in order; ``coverage`` is
+    what a read answer said it covers (numbers and units only, never content).
+    """
+
+    kind: str
+    ids: tuple[str, ...]
+    descriptors: tuple[Descriptor, ...]
+    coverage: Mapping[str, Any]
+
+
+def message_text(content: Any) -> str:
+    """The text of a chat message's content: a string, or the text of its parts (other parts by type only)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        texts = []
+        for part in content:
+            if isinstance(part, Mapping):
+                text = part.get("text")
+                texts.append(text if isinstance(text, str) else f"[{part.get('type', 'part')}]")
+            else:
+                texts.append(str(part))
+        return "\n".join(texts)
+    return str(content)
+
+
+def named_ids(arguments: Any) -> tuple[str, ...]:
+    """The artifact ids a tool call's arguments name (``artifact_id`` and ``artifact_ids``), in order."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return ()
+    if not isinstance(arguments, Mapping):
+        return ()
+    found: list[str] = []
+    single = arguments.get("artifact_id")
+    if is_artifact_id(single):
+        found.append(single)
+    several = arguments.get("artifact_ids")
+    if isinstance(several, list):
+        found.extend(value for value in several if is_artifact_id(value))
+    return tuple(dict.fromkeys(found))
+
+
+def _observed(content: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The ids a refvault observation names, and the coverage it states; ``((), {})`` if it is none."""
+    text = message_text(content)
+    ids: list[str] = []
+    coverage: dict[str, Any] = {}
+    try:
+        value = json.loads(text) if text.startswith("{") else None
+    except ValueError:
+        value = None
+    if isinstance(value, Mapping):
+        inner = value.get("offloaded") or value.get("artifact")
+        if isinstance(inner, Mapping) and is_artifact_id(inner.get("artifact_id")):
+            ids.append(inner["artifact_id"])
+        elif is_artifact_id(value.get("artifact_id")):  # a read tool's answer
+            ids.append(value["artifact_id"])
+            coverage = {key: value[key] for key in _COVERAGE_KEYS if _plain(value.get(key))}
+        results = value.get("results")
+        if isinstance(results, list):  # load_artifacts' summary
+            named = (r.get("artifact_id") for r in results if isinstance(r, Mapping))
+            ids.extend(i for i in named if is_artifact_id(i))
+    else:
+        ids.extend(_LOADED_ID.findall(text))
+    return tuple(dict.fromkeys(i for i in ids if is_artifact_id(i))), coverage
+
+
+def _plain(value: Any) -> bool:
+    """Numbers, short unit names and lists of numbers: what a coverage may repeat (never content)."""
+    if isinstance(value, bool) or value is None:
+        return isinstance(value, bool)
+    if isinstance(value, int | float):
+        return True
+    if isinstance(value, str):
+        return value in {"lines", "bytes", "chars", "records"}
+    return isinstance(value, list) and len(value) <= 2 and all(isinstance(v, int) for v in value)
+
+
+def subject_of(
+    vault: Any,
+    scope: Scope,
+    message: Mapping[str, Any],
+    stored: Mapping[str, tuple[Descriptor, ...]],
+    *,
+    purpose: str,
+    recipient: str,
+) -> Subject | None:
+    """What ``message`` (a tool message) stands for in the vault, or None if clearing it would lose it.
+
+    ``stored`` maps a ``tool_call_id`` to the artifacts captured under it in ``scope``.
+    """
+    call = message.get("tool_call_id")
+    if isinstance(call, str) and stored.get(call):
+        found = stored[call]
+        if any(d.disclosure != "model" for d in found):
+            return None  # the model could not load it back: what it saw would be lost
+        return Subject("stored", tuple(d.artifact_id for d in found), found, {})
+    ids, coverage = _observed(message.get("content"))
+    if not ids:
+        return None
+    descriptors = []
+    for artifact_id in ids:
+        try:
+            descriptors.append(vault.describe(scope, artifact_id, purpose=purpose, recipient=recipient))
+        except RefvaultError:
+            return None  # not readable here: what the message holds may be held nowhere else
+    return Subject("observed", ids, tuple(descriptors), coverage)
+
+
+def stub(subject: Subject, *, tool: str | None, arguments: Any, tokens: int) -> str:
+    """The compact text that replaces a cleared tool message (see the module's invariants)."""
+    artifacts = [_what(d) for d in subject.descriptors]
+    ids = list(subject.ids)
+    restore: dict[str, Any]
+    if subject.kind == "observed" and tool in RECOVERING:  # the same read gives the same answer
+        restore = {"tool": tool, "arguments": _arguments(arguments)}
+    elif len(ids) == 1 and subject.descriptors and subject.descriptors[0].disclosure == "sealed":
+        restore = {"note": "sealed: usable by reference only (pass the id to a tool that takes a Ref)"}
+    else:
+        restore = {"tool": "load_artifacts", "arguments": {"artifact_ids": ids}}
+        restore["or"] = "read_artifact / query_artifact with the id, to read part of it"
+    body: dict[str, Any] = {
+        "note": "this tool result was cleared from the context to save space; nothing is lost",
+        "tool": tool,
+        "artifacts": artifacts,
+        "covered": dict(subject.coverage) if subject.coverage else "the whole result",
+        "tokens": tokens,
+        "restore": restore,
+    }
+    return json.dumps({"cleared": body}, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _what(descriptor: Descriptor) -> dict[str, Any]:
+    coverage = descriptor.completeness.get("status") if isinstance(descriptor.completeness, Mapping) else None
+    return {
+        "artifact_id": descriptor.artifact_id,
+        "media_type": descriptor.media_type,
+        "size": descriptor.size,
+        "disclosure": descriptor.disclosure,
+        "capture": coverage,
+    }
+
+
+def _arguments(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return {}
+    return arguments if isinstance(arguments, Mapping) else {}
