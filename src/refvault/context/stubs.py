@@ -140,10 +140,8 @@ def subject_of(
     ``stored`` maps a ``tool_call_id`` to the artifacts captured under it in ``scope``.
     """
     call = message.get("tool_call_id")
-    if isinstance(call, str) and stored.get(call):
-        found = stored[call]
-        if any(d.disclosure != "model" for d in found):
-            return None  # the model could not load it back: what it saw would be lost
+    found = stored.get(call, ()) if isinstance(call, str) else ()
+    if found and all(d.disclosure == "model" for d in found):  # else the model could not load back what it saw
         return Subject("stored", tuple(d.artifact_id for d in found), found, {})
     ids, coverage = _observed(message.get("content"))
     if not ids:
@@ -168,12 +166,11 @@ def stub(subject: Subject, *, tool: str | None, arguments: Any, tokens: int) -> 
         restore = {"note": "sealed: usable by reference only (pass the id to a tool that takes a Ref)"}
     else:
         restore = {"tool": "load_artifacts", "arguments": {"artifact_ids": ids}}
-        restore["or"] = "read_artifact / query_artifact with the id, to read part of it"
     body: dict[str, Any] = {
-        "note": "this tool result was cleared from the context to save space; nothing is lost",
+        "note": "cleared to save context; nothing is lost",
         "tool": tool,
         "artifacts": artifacts,
-        "covered": dict(subject.coverage) if subject.coverage else "the whole result",
+        "covered": dict(subject.coverage) if subject.coverage else "whole result",
         "tokens": tokens,
         "restore": restore,
     }
@@ -181,13 +178,12 @@ def stub(subject: Subject, *, tool: str | None, arguments: Any, tokens: int) -> 
 
 
 def _what(descriptor: Descriptor) -> dict[str, Any]:
-    coverage = descriptor.completeness.get("status") if isinstance(descriptor.completeness, Mapping) else None
     return {
         "artifact_id": descriptor.artifact_id,
         "media_type": descriptor.media_type,
         "size": descriptor.size,
         "disclosure": descriptor.disclosure,
-        "capture": coverage,
+        "capture": descriptor.completeness.get("status"),
     }
 
 

@@ -16,11 +16,12 @@ compact stubs (:mod:`refvault.context.stubs`). Invariants (tested in ``tests/con
   unstored results, stubs) fit: results are cleared oldest first, then the ``keep_recent`` most
   recent ones, then pinned ones, until the request fits; a request still over is reported
   (``stats.over_budget``), never truncated.
-* **Thrash guard.** A result the model brought back (a ``load_artifacts`` / ``read_artifact`` /
-  ``query_artifact`` call naming an id cleared in an earlier request) is pinned for ``pin_turns``
-  assistant turns; an id brought back ``thrash_reloads`` times within ``thrash_turns`` turns is
-  reported once (a ``ToolEvent`` of kind ``"context_thrash"`` and ``stats.thrash``) and pinned for
-  the rest of the run. Pins yield only to the budget.
+* **Thrash guard.** A result the model brought back (the answer to a ``load_artifacts`` /
+  ``read_artifact`` / ``query_artifact`` call naming an id cleared in an earlier request) is pinned
+  for ``pin_turns`` assistant turns; an id brought back ``thrash_reloads`` times within
+  ``thrash_turns`` turns is reported once (a ``ToolEvent`` of kind ``"context_thrash"`` and
+  ``stats.thrash``) and every answer bringing it back is pinned for the rest of the run (the
+  original result stays cleared: the answer holds what it held). Pins yield only to the budget.
 * **Deterministic.** The same sequence of requests gives the same outputs; stubs carry no
   timestamps, and no byte of any artifact (so none of a sealed or policy-denied one).
 """
@@ -103,6 +104,7 @@ class _Run:
     cleared: set[str] = field(default_factory=set)  # ids stubbed in some earlier request
     handled: set[str] = field(default_factory=set)  # tool_call_ids already examined as possible reloads
     reloads: dict[str, list[int]] = field(default_factory=dict)  # id -> turns that brought it back
+    reload_calls: dict[str, tuple[str, int]] = field(default_factory=dict)  # call -> (id, turn) it brought back
     thrash: dict[str, None] = field(default_factory=dict)  # ids reported, in order
     restored: int = 0
     requests: int = 0
@@ -249,12 +251,12 @@ class WorkingSet:
             total_tokens_after=run.total,
             restored=run.restored,
             thrash=tuple(run.thrash),
-            pinned=tuple(sorted(pinned)),
+            pinned=tuple(sorted(set(pinned.values()))),
         )
         return changes
 
     def _candidates(
-        self, messages: Sequence[Mapping[str, Any]], calls: Mapping[str, _Call], pinned: set[str]
+        self, messages: Sequence[Mapping[str, Any]], calls: Mapping[str, _Call], pinned: Mapping[str, str]
     ) -> list[tuple[int, Subject]]:
         """Clearable tool results in the order they are cleared: old, then recent, then pinned (oldest first)."""
         last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
@@ -279,7 +281,7 @@ class WorkingSet:
             )
             if subject is None:
                 continue
-            if pinned.intersection(subject.ids):
+            if call_id in pinned:
                 tiers[2].append((index, subject))
             elif index in recent:
                 tiers[1].append((index, subject))
@@ -315,6 +317,7 @@ class WorkingSet:
                 if artifact_id not in run.cleared:
                     continue
                 run.restored += 1
+                run.reload_calls.setdefault(call_id, (artifact_id, call.turn))
                 history = run.reloads.setdefault(artifact_id, [])
                 history.append(call.turn)
                 window = [t for t in history if t > call.turn - self.thrash_turns]
@@ -322,13 +325,14 @@ class WorkingSet:
                     run.thrash[artifact_id] = None
                     self._emit(call_id, call.tool, artifact_id)
 
-    def _pinned(self, turns: int) -> set[str]:
-        run = self._run
-        pinned = set(run.thrash)
-        for artifact_id, history in run.reloads.items():
-            if history and history[-1] > turns - 1 - self.pin_turns:
-                pinned.add(artifact_id)
-        return pinned
+    def _pinned(self, turns: int) -> dict[str, str]:
+        """The calls that brought a result back and are pinned now (``{tool_call_id: artifact id}``): those
+        within ``pin_turns`` turns, and every one of a thrashing id."""
+        return {
+            call_id: artifact_id
+            for call_id, (artifact_id, turn) in self._run.reload_calls.items()
+            if artifact_id in self._run.thrash or turns - 1 - turn < self.pin_turns
+        }
 
     def _emit(self, call_id: str, tool: str | None, artifact_id: str) -> None:
         event = ToolEvent("context_thrash", tool or "unknown", self.run_id, call_id, artifacts=(artifact_id,))
