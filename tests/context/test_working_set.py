@@ -186,9 +186,7 @@ def test_stubs_carry_no_content_of_any_artifact_sealed_or_not(run: Run) -> None:
 def test_a_sealed_artifacts_stub_is_metadata_and_says_it_is_used_by_reference(run: Run) -> None:
     run.call("snapshot")
     (sealed,) = run.vault.list(run.scope)
-    subject = subject_of(
-        run.vault, run.scope, run.messages[-1], {"call_0": (sealed,)}, purpose="default", recipient="model:unknown"
-    )
+    subject = subject_of(run.messages[-1], [sealed], lambda artifact_id: run.vault.describe(run.scope, artifact_id))
     assert subject is not None
     assert subject.kind == "observed"
     body = json.loads(stub(subject, tool="snapshot", arguments="{}", tokens=99))["cleared"]
@@ -350,3 +348,24 @@ def test_messages_that_are_not_a_list_of_dicts_are_a_typed_error(memory_vault: V
     for bad in ("hello", [1, 2], None):
         with pytest.raises(InvalidArgument, match="list of chat messages"):
             ws.apply(bad)  # type: ignore[arg-type]
+
+
+def test_learning_captures_from_the_toolbox_trajectory_clears_the_same_results_without_listing(run: Run) -> None:
+    for n in range(8):
+        run.call("fetch", n=n)
+    run.say("ok")
+    listed = WorkingSet(run.vault, run.scope, model_context_tokens=8192, keep_recent=2).apply(run.messages)
+    calls: list[str] = []
+    original = run.vault.list
+
+    def counting_list(*args: Any, **kwargs: Any) -> Any:
+        calls.append("list")
+        return original(*args, **kwargs)
+
+    run.vault.list = counting_list  # type: ignore[method-assign]
+    traced = WorkingSet(
+        run.vault, run.scope, model_context_tokens=8192, keep_recent=2, toolbox=run.box, run_id="run"
+    ).apply(run.messages)
+    assert traced == listed
+    assert stubs(traced)
+    assert calls == []

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from refvault.errors import RefvaultError
 from refvault.ids import is_artifact_id
-from refvault.model import Descriptor, Scope
+from refvault.model import Descriptor
 
 __all__ = ["RECOVERING", "Subject", "message_text", "named_ids", "stub", "subject_of"]
 
@@ -127,31 +126,26 @@ def _plain(value: Any) -> bool:
 
 
 def subject_of(
-    vault: Any,
-    scope: Scope,
     message: Mapping[str, Any],
-    stored: Mapping[str, tuple[Descriptor, ...]],
-    *,
-    purpose: str,
-    recipient: str,
+    stored: Sequence[Descriptor],
+    describe: Callable[[str], Descriptor | None],
 ) -> Subject | None:
     """What ``message`` (a tool message) stands for in the vault, or None if clearing it would lose it.
 
-    ``stored`` maps a ``tool_call_id`` to the artifacts captured under it in ``scope``.
+    ``stored`` are the artifacts captured under the message's ``tool_call_id`` in the scope (as the
+    caller may describe them); ``describe`` gives an id's descriptor as the caller may see it, or None.
     """
-    call = message.get("tool_call_id")
-    found = stored.get(call, ()) if isinstance(call, str) else ()
-    if found and all(d.disclosure == "model" for d in found):  # else the model could not load back what it saw
-        return Subject("stored", tuple(d.artifact_id for d in found), found, {})
+    if stored and all(d.disclosure == "model" for d in stored):  # else the model could not load back what it saw
+        return Subject("stored", tuple(d.artifact_id for d in stored), tuple(stored), {})
     ids, coverage = _observed(message.get("content"))
     if not ids:
         return None
     descriptors = []
     for artifact_id in ids:
-        try:
-            descriptors.append(vault.describe(scope, artifact_id, purpose=purpose, recipient=recipient))
-        except RefvaultError:
+        descriptor = describe(artifact_id)
+        if descriptor is None:
             return None  # not readable here: what the message holds may be held nowhere else
+        descriptors.append(descriptor)
     return Subject("observed", ids, tuple(descriptors), coverage)
 
 

@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from refvault.context.stubs import RECOVERING, Subject, message_text, named_ids, stub, subject_of
-from refvault.errors import InvalidArgument
+from refvault.errors import InvalidArgument, RefvaultError
 from refvault.model import Descriptor, Scope
 from refvault.policy import check_purpose
 from refvault.read.previews.tokens import estimate_tokens
 from refvault.toolbox.taint import model_recipient
+from refvault.toolbox.toolbox import Toolbox
 from refvault.toolbox.values import ToolEvent
 
 __all__ = ["WorkingSet", "WorkingSetStats"]
@@ -47,6 +48,7 @@ __all__ = ["WorkingSet", "WorkingSetStats"]
 MESSAGE_OVERHEAD = 4  # tokens a chat message costs beyond its text (role, separators)
 IMAGE_TOKENS = 1_000  # what an image part is counted as
 MAX_CONTEXT_TOKENS = 100_000_000
+COUNTED = 4096  # message texts whose token counts are remembered
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +122,12 @@ class WorkingSet:
     ``model`` and ``purpose`` are those the Toolbox reads with (whose policy decides what a stub may
     describe). ``count_tokens`` replaces the built-in estimate (:func:`refvault.read.estimate_tokens`).
     ``on_event`` receives each :class:`~refvault.ToolEvent` the thrash guard emits (``events`` keeps
-    them too). Use one WorkingSet per run; it is safe to call from several threads.
+    them too). ``toolbox`` and ``run_id``: the Toolbox and run whose calls the messages record; the
+    working set then learns what each call captured from the run's trajectory instead of listing the
+    scope. Use one WorkingSet per run; it is safe to call from several threads.
+
+    What it learns is remembered for the run (which artifacts each call captured, what each id is):
+    an artifact deleted during the run may still be named by a later stub.
     """
 
     def __init__(
@@ -138,6 +145,7 @@ class WorkingSet:
         purpose: str = "default",
         count_tokens: Callable[[str], int] | None = None,
         on_event: Callable[[ToolEvent], None] | None = None,
+        toolbox: Toolbox | None = None,
         run_id: str | None = None,
     ) -> None:
         if not isinstance(scope, Scope):
@@ -168,13 +176,18 @@ class WorkingSet:
         self.purpose = purpose
         self.recipient = model_recipient(model)
         self.run_id = run_id
+        self.toolbox = toolbox
         self._count = count_tokens or estimate_tokens
         self._on_event = on_event
         self._lock = threading.Lock()
         self._run = _Run()
         self._events: list[ToolEvent] = []
         self._stats = WorkingSetStats(budget=self.budget)
-        self._stored: dict[str, tuple[Descriptor, ...]] = {}  # tool_call_id -> artifacts captured under it
+        self._captured: dict[str, tuple[str, ...]] = {}  # tool_call_id -> ids of the artifacts captured under it
+        self._described: dict[str, Descriptor | None] = {}  # id -> its descriptor for the model (None: refused)
+        self._subjects: dict[tuple[str, str], Subject | None] = {}
+        self._stubs: dict[tuple[str, str, str | None, int], str] = {}  # stub texts made (the same each time)
+        self._counted: dict[str, int] = {}  # text -> its tokens (the newest COUNTED texts)
 
     @property
     def stats(self) -> WorkingSetStats:
@@ -186,6 +199,11 @@ class WorkingSet:
         """The thrash events reported so far, in order."""
         with self._lock:
             return list(self._events)
+
+    def tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """The estimated tokens of ``messages`` as a request, counted as the working set counts them."""
+        with self._lock:
+            return sum(self._tokens(m) for m in messages)
 
     def apply(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """``messages`` as the model should receive them: the same list, old stored results as stubs."""
@@ -216,21 +234,33 @@ class WorkingSet:
         before = sum(costs)
         total = before
         pinned = self._pinned(turns)
-        candidates = self._candidates(messages, calls, pinned)
         changes: dict[str, str] = {}
-        for index, subject in candidates:
+        listed = False
+        for index in self._candidates(messages, pinned):
             if total <= self.budget:
                 break
             message = messages[index]
             call_id = str(message["tool_call_id"])
+            if call_id not in self._captured and not listed:
+                self._learn_captured(messages)  # once per request at most
+                listed = True
+            subject = self._subject(call_id, message)
+            if subject is None:
+                continue
             call = calls.get(call_id)
-            text = stub(
-                subject,
-                tool=call.tool if call else None,
-                arguments=call.arguments if call else None,
-                tokens=costs[index],
-            )
-            cost = self._count(text) + MESSAGE_OVERHEAD
+            key = (call_id, message_text(message.get("content")), call.tool if call else None, costs[index])
+            text = self._stubs.get(key)
+            if text is None:
+                text = stub(
+                    subject,
+                    tool=call.tool if call else None,
+                    arguments=call.arguments if call else None,
+                    tokens=costs[index],
+                )
+                self._stubs[key] = text
+                if len(self._stubs) > COUNTED:
+                    del self._stubs[next(iter(self._stubs))]
+            cost = self._tokens({"content": text})
             if cost >= costs[index]:
                 continue  # the stub would not save anything
             total += cost - costs[index]
@@ -255,54 +285,73 @@ class WorkingSet:
         )
         return changes
 
-    def _candidates(
-        self, messages: Sequence[Mapping[str, Any]], calls: Mapping[str, _Call], pinned: Mapping[str, str]
-    ) -> list[tuple[int, Subject]]:
-        """Clearable tool results in the order they are cleared: old, then recent, then pinned (oldest first)."""
+    def _candidates(self, messages: Sequence[Mapping[str, Any]], pinned: Mapping[str, str]) -> list[int]:
+        """Tool results that may be cleared, in the order they are: old, then recent, then pinned (oldest first).
+
+        Not a candidate: a result the model has not seen yet, one without a ``tool_call_id``, or one whose
+        ``tool_call_id`` is given twice (its stub would replace both).
+        """
         last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         tools = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
+        named = [m.get("tool_call_id") for m in messages if m.get("role") == "tool"]
+        twice = {c for c in named if named.count(c) > 1} if len(set(named)) < len(named) else set()
         recent = set(tools[-self.keep_recent :]) if self.keep_recent else set()
-        self._refresh_stored(messages)
-        seen_calls: set[str] = set()
-        tiers: tuple[list[tuple[int, Subject]], ...] = ([], [], [])
+        tiers: tuple[list[int], list[int], list[int]] = ([], [], [])
         for index in tools:
-            message = messages[index]
-            call_id = message.get("tool_call_id")
-            if index > last_assistant or not isinstance(call_id, str) or call_id in seen_calls:
-                continue  # unseen, unnamed, or a tool_call_id given twice (one stub per id would change both)
-            seen_calls.add(call_id)
-            subject = subject_of(
-                self.vault,
-                self.scope,
-                message,
-                self._stored,
-                purpose=self.purpose,
-                recipient=self.recipient,
-            )
-            if subject is None:
+            call_id = messages[index].get("tool_call_id")
+            if index > last_assistant or not isinstance(call_id, str) or call_id in twice:
                 continue
-            if call_id in pinned:
-                tiers[2].append((index, subject))
-            elif index in recent:
-                tiers[1].append((index, subject))
-            else:
-                tiers[0].append((index, subject))
-        duplicated = {c for c in seen_calls if sum(1 for i in tools if messages[i].get("tool_call_id") == c) > 1}
-        return [entry for tier in tiers for entry in tier if messages[entry[0]].get("tool_call_id") not in duplicated]
+            tiers[2 if call_id in pinned else 1 if index in recent else 0].append(index)
+        return [index for tier in tiers for index in tier]
 
-    def _refresh_stored(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Learn which artifacts the scope holds under the tool_call_ids seen (listing only when one is new)."""
-        wanted = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
-        if all(not isinstance(c, str) or c in self._stored for c in wanted):
+    def _subject(self, call_id: str, message: Mapping[str, Any]) -> Subject | None:
+        """What the message stands for (remembered per call and content: a later request asks again)."""
+        key = (call_id, message_text(message.get("content")))
+        if key not in self._subjects:
+            stored = [d for d in map(self._describe, self._captured.get(call_id, ())) if d is not None]
+            if len(stored) < len(self._captured.get(call_id, ())):
+                stored = []  # one of them cannot be described: not restorable as a whole
+            self._subjects[key] = subject_of(message, stored, self._describe)
+            if len(self._subjects) > COUNTED:
+                del self._subjects[next(iter(self._subjects))]
+        return self._subjects[key]
+
+    def _describe(self, artifact_id: str) -> Descriptor | None:
+        """The artifact as the model may see it, or None (remembered for the run)."""
+        if artifact_id not in self._described:
+            try:
+                found: Descriptor | None = self.vault.describe(
+                    self.scope, artifact_id, purpose=self.purpose, recipient=self.recipient
+                )
+            except RefvaultError:
+                found = None
+            self._described[artifact_id] = found
+        return self._described[artifact_id]
+
+    def _learn_captured(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Which artifacts the scope holds under each tool_call_id: from the Toolbox's trajectory of ``run_id``
+        when given, else one listing of the scope (whose descriptors are then remembered too)."""
+        if self.toolbox is not None:
+            for event in self.toolbox.trajectory(self.run_id):
+                if event.kind == "tool_finished" and event.tool_call_id is not None and event.artifacts:
+                    self._captured[event.tool_call_id] = tuple(event.artifacts)
+            self._none_for(messages)
             return
-        found: dict[str, list[Descriptor]] = {}
+        found: dict[str, list[str]] = {}
         for descriptor in self.vault.list(self.scope, purpose=self.purpose, recipient=self.recipient):
+            self._described[descriptor.artifact_id] = descriptor
             if descriptor.tool_call_id is not None:
-                found.setdefault(descriptor.tool_call_id, []).append(descriptor)
-        for call_id in wanted:
-            if isinstance(call_id, str):
-                # oldest first, so a stub lists a call's artifacts in the order they were captured
-                self._stored[call_id] = tuple(reversed(found.get(call_id, [])))
+                found.setdefault(descriptor.tool_call_id, []).append(descriptor.artifact_id)
+        for call_id, ids in found.items():
+            self._captured[call_id] = tuple(reversed(ids))  # oldest first: the order they were captured
+        self._none_for(messages)
+
+    def _none_for(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """The calls in ``messages`` that captured nothing: known now, so they are not looked up again."""
+        for message in messages:
+            call_id = message.get("tool_call_id")
+            if message.get("role") == "tool" and isinstance(call_id, str):
+                self._captured.setdefault(call_id, ())
 
     def _note_reloads(self, calls: Mapping[str, _Call], turns: int) -> None:
         """Count the new assistant calls that bring back a cleared id; report and pin thrashing ones."""
@@ -342,15 +391,25 @@ class WorkingSet:
 
     def _tokens(self, message: Mapping[str, Any]) -> int:
         content = message.get("content")
-        cost = MESSAGE_OVERHEAD + self._count(message_text(content))
+        cost = MESSAGE_OVERHEAD + self._counted_text(content if isinstance(content, str) else message_text(content))
         if isinstance(content, Sequence) and not isinstance(content, str):
             cost += IMAGE_TOKENS * sum(1 for p in content if isinstance(p, Mapping) and p.get("type") != "text")
         for call in message.get("tool_calls") or ():
             if isinstance(call, Mapping):
                 function = call.get("function")
                 if isinstance(function, Mapping):
-                    cost += self._count(str(function.get("name") or "")) + self._count(_text(function.get("arguments")))
+                    cost += self._counted_text(str(function.get("name") or ""))
+                    cost += self._counted_text(_text(function.get("arguments")))
         return cost
+
+    def _counted_text(self, text: str) -> int:
+        """``count_tokens(text)``, remembered for the newest COUNTED texts (a str caches its own hash)."""
+        cached = self._counted.get(text)
+        if cached is None:
+            cached = self._counted[text] = self._count(text)
+            if len(self._counted) > COUNTED:
+                del self._counted[next(iter(self._counted))]
+        return cached
 
 
 def _calls(messages: Sequence[Mapping[str, Any]]) -> tuple[dict[str, _Call], int]:
