@@ -8,7 +8,8 @@ A tool result can be cleared losslessly only if the vault can give it back. Two 
   ``load_artifacts`` or a read tool brings the result back;
 * **observed**: the content is a refvault observation naming artifacts the caller can describe in
   the scope (an offloaded preview, an ``{"artifact": ...}`` summary, a read tool's answer, a
-  ``load_artifacts`` answer): the same read brings it back.
+  ``load_artifacts`` answer, or an MCP ``CallToolResult`` from the gateway made only of
+  ``resource_link`` blocks and offloaded previews): the same read brings it back.
 
 Anything else (a result held nowhere, an id the scope cannot describe) is never cleared.
 
@@ -98,6 +99,8 @@ def _observed(content: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
         value = json.loads(text) if text.startswith("{") else None
     except ValueError:
         value = None
+    if isinstance(value, Mapping) and isinstance(value.get("content"), list):  # an MCP CallToolResult
+        return _mcp_result(value), {}
     if isinstance(value, Mapping):
         inner = value.get("offloaded") or value.get("artifact")
         if isinstance(inner, Mapping) and is_artifact_id(inner.get("artifact_id")):
@@ -112,6 +115,48 @@ def _observed(content: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     else:
         ids.extend(_LOADED_ID.findall(text))
     return tuple(dict.fromkeys(i for i in ids if is_artifact_id(i))), coverage
+
+
+def _mcp_result(result: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ids an MCP ``CallToolResult`` (as the gateway projects it) consists of, or ``()`` if any of it is held
+    nowhere else: every block must be a ``resource_link`` to an artifact or a text block holding an offloaded
+    preview, and ``structuredContent`` (if any) an offloaded one."""
+    ids: list[str] = []
+    for block in result["content"]:
+        if not isinstance(block, Mapping):
+            return ()
+        meta = block.get("_meta")
+        if (
+            block.get("type") == "resource_link"
+            and isinstance(meta, Mapping)
+            and is_artifact_id(meta.get("artifact_id"))
+        ):
+            ids.append(meta["artifact_id"])
+            continue
+        text = block.get("text") if block.get("type") == "text" else None
+        named = _offloaded_id(text)
+        if named is None:
+            return ()
+        ids.append(named)
+    structured = result.get("structuredContent")
+    if structured is not None:
+        named = _offloaded_id(structured)
+        if named is None:
+            return ()
+        ids.append(named)
+    return tuple(dict.fromkeys(ids))
+
+
+def _offloaded_id(value: Any) -> str | None:
+    """The id an offloaded observation (``{"offloaded": {"artifact_id": ...}}``, or its JSON text) names."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    inner = value.get("offloaded") if isinstance(value, Mapping) else None
+    named = inner.get("artifact_id") if isinstance(inner, Mapping) else None
+    return named if is_artifact_id(named) else None
 
 
 def _plain(value: Any) -> bool:
