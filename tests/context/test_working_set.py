@@ -301,7 +301,7 @@ def test_the_request_fits_whenever_what_cannot_be_cleared_fits(sizes: list[int],
         ws = WorkingSet(vault, run.scope, model_context_tokens=context, keep_recent=3)
         ws.apply(run.messages)
         fixed = ws.stats.tokens_before - sum(ws._tokens(m) for m in run.messages if m["role"] == "tool")
-        stub_cost = 200 * len(sizes)  # a stub is a few hundred tokens at most
+        stub_cost = 60 * len(sizes)  # a brief stub: its id and the restoring call
         if fixed + stub_cost <= ws.budget:
             assert ws.stats.tokens_after <= ws.budget
         assert ws.stats.over_budget == (ws.stats.tokens_after > ws.budget)
@@ -369,3 +369,17 @@ def test_learning_captures_from_the_toolbox_trajectory_clears_the_same_results_w
     assert traced == listed
     assert stubs(traced)
     assert calls == []
+
+
+def test_when_full_stubs_do_not_fit_the_oldest_shrink_to_ids_and_the_restoring_call(run: Run) -> None:
+    for n in range(40):
+        run.call("fetch", n=n, size=800)
+        run.say("next")
+    out = WorkingSet(run.vault, run.scope, model_context_tokens=4_096, keep_recent=0).apply(run.messages)
+    cleared = stubs(out)
+    brief = [body for body in cleared.values() if set(body) == {"ids", "restore"}]
+    assert brief
+    assert brief[0]["restore"]["tool"] == "load_artifacts"
+    assert brief[0]["restore"]["arguments"]["artifact_ids"] == brief[0]["ids"]
+    assert "call_0" in cleared
+    assert set(cleared["call_0"]) == {"ids", "restore"}  # the oldest shrink first

@@ -194,8 +194,11 @@ def subject_of(
     return Subject("observed", ids, tuple(descriptors), coverage)
 
 
-def stub(subject: Subject, *, tool: str | None, arguments: Any, tokens: int) -> str:
-    """The compact text that replaces a cleared tool message (see the module's invariants)."""
+def stub(subject: Subject, *, tool: str | None, arguments: Any, tokens: int, brief: bool = False) -> str:
+    """The compact text that replaces a cleared tool message (see the module's invariants).
+
+    ``brief``: only the ids and the restoring call (for when even full stubs do not fit the budget).
+    """
     artifacts = [_what(d) for d in subject.descriptors]
     ids = list(subject.ids)
     restore: dict[str, Any]
@@ -205,6 +208,8 @@ def stub(subject: Subject, *, tool: str | None, arguments: Any, tokens: int) -> 
         restore = {"note": "sealed: usable by reference only (pass the id to a tool that takes a Ref)"}
     else:
         restore = {"tool": "load_artifacts", "arguments": {"artifact_ids": ids}}
+    if brief:
+        return json.dumps({"cleared": {"ids": ids, "restore": restore}}, separators=(",", ":"), sort_keys=True)
     body: dict[str, Any] = {
         "note": "cleared to save context; nothing is lost",
         "tool": tool,

@@ -13,9 +13,10 @@ compact stubs (:mod:`refvault.context.stubs`). Invariants (tested in ``tests/con
   some ``role == "tool"`` messages changes (:meth:`WorkingSet.replacements` returns exactly those
   changes). The input is never mutated.
 * **Within budget** whenever the messages that cannot be cleared (non-tool messages, unseen and
-  unstored results, stubs) fit: results are cleared oldest first, then the ``keep_recent`` most
-  recent ones, then pinned ones, until the request fits; a request still over is reported
-  (``stats.over_budget``), never truncated.
+  unstored results) and brief stubs fit: results are cleared oldest first, then the ``keep_recent``
+  most recent ones, then pinned ones, until the request fits; if even that is over, the oldest
+  stubs shrink to their ids and restoring call (a few dozen tokens each). A request still over is
+  reported (``stats.over_budget``), never truncated.
 * **Thrash guard.** A result the model brought back (the answer to a ``load_artifacts`` /
   ``read_artifact`` / ``query_artifact`` call naming an id cleared in an earlier request) is pinned
   for ``pin_turns`` assistant turns; an id brought back ``thrash_reloads`` times within
@@ -235,6 +236,7 @@ class WorkingSet:
         total = before
         pinned = self._pinned(turns)
         changes: dict[str, str] = {}
+        cleared: list[tuple[int, Subject]] = []
         listed = False
         for index in self._candidates(messages, pinned):
             if total <= self.budget:
@@ -265,7 +267,24 @@ class WorkingSet:
                 continue  # the stub would not save anything
             total += cost - costs[index]
             changes[call_id] = text
+            cleared.append((index, subject))
             self._run.cleared.update(subject.ids)
+        for index, subject in cleared:  # still over: the oldest stubs shrink to their ids and restoring call
+            if total <= self.budget:
+                break
+            call_id = str(messages[index]["tool_call_id"])
+            call = calls.get(call_id)
+            brief = stub(
+                subject,
+                tool=call.tool if call else None,
+                arguments=call.arguments if call else None,
+                tokens=costs[index],
+                brief=True,
+            )
+            saved = self._tokens({"content": changes[call_id]}) - self._tokens({"content": brief})
+            if saved > 0:
+                total -= saved
+                changes[call_id] = brief
         run = self._run
         run.requests += 1
         run.peak = max(run.peak, total)
