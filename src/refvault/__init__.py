@@ -84,6 +84,8 @@ _EXPORTS = {
     "LineageNode": "refvault.copies",
     "Receipt": "refvault.copies",
     "verify_excerpt": "refvault.proofs",
+    "ModelCaps": "refvault.limits",
+    "caps_for_model": "refvault.limits",
 }
 
 __all__ = [
@@ -149,6 +151,8 @@ __all__ = [
     "evidence",
     "read",
     "verify_excerpt",
+    "ModelCaps",
+    "caps_for_model",
 ]
 
 if TYPE_CHECKING:
@@ -188,6 +192,7 @@ if TYPE_CHECKING:
         UnsupportedRead,
     )
     from refvault.kernel import Handle, Kernel
+    from refvault.limits import ModelCaps, caps_for_model
     from refvault.model import Descriptor, Grant, Principal, Scope
     from refvault.proofs import verify_excerpt
     from refvault.toolbox.ref import Ref
