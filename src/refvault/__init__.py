@@ -86,6 +86,8 @@ _EXPORTS = {
     "LineageNode": "refvault.copies",
     "Receipt": "refvault.copies",
     "verify_excerpt": "refvault.proofs",
+    "ModelCaps": "refvault.limits",
+    "caps_for_model": "refvault.limits",
 }
 
 __all__ = [
@@ -153,6 +155,8 @@ __all__ = [
     "verify_excerpt",
     "WorkingSet",
     "WorkingSetStats",
+    "ModelCaps",
+    "caps_for_model",
 ]
 
 if TYPE_CHECKING:
@@ -193,6 +197,7 @@ if TYPE_CHECKING:
         UnsupportedRead,
     )
     from refvault.kernel import Handle, Kernel
+    from refvault.limits import ModelCaps, caps_for_model
     from refvault.model import Descriptor, Grant, Principal, Scope
     from refvault.proofs import verify_excerpt
     from refvault.toolbox.ref import Ref

@@ -49,7 +49,7 @@ from refvault.ids import is_artifact_id
 from refvault.model import Descriptor, Scope, is_text
 from refvault.toolbox.taint import model_recipient, recipient_name
 from refvault.toolbox.toolbox import Observation, Toolbox
-from refvault.toolbox.values import DATA_ONLY
+from refvault.toolbox.values import DATA_ONLY, DEFAULT
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
@@ -176,8 +176,13 @@ class ArtifactTools:
         max_resource_bytes: int = MAX_RESOURCE_BYTES,
         guard: LeakGuard | None = None,
         model: str | None = None,
+        model_context_tokens: int | None = None,
     ) -> None:
         """``guard`` becomes the Toolbox's leak guard (default: the one the Toolbox makes on first use).
+
+        ``model_context_tokens`` (the served model's context window, in tokens) scales the read tools'
+        caps and the offload threshold to it (:func:`refvault.limits.caps_for_model`; None: the fixed
+        defaults); a bad size raises :class:`~refvault.errors.InvalidArgument`.
 
         ``model`` names the model every read is for (the recipient ``model:<model>`` the tenant's policy
         judges); None: the name the MCP client declared when it connected (``clientInfo.name``), else
@@ -186,6 +191,7 @@ class ArtifactTools:
         self.vault = vault
         self.max_resource_bytes = max_resource_bytes
         self.model = model
+        self.model_context_tokens = model_context_tokens
         self._guard = guard
         self.toolbox = self._new_toolbox(model)
         self._boxes: OrderedDict[str, Toolbox] = OrderedDict()
@@ -195,11 +201,8 @@ class ArtifactTools:
             self.schemas.update(COPY_TOOLS)
 
     def _new_toolbox(self, model: str | None) -> Toolbox:
-        return (
-            Toolbox(self.vault, model=model)
-            if self._guard is None
-            else Toolbox(self.vault, guard=self._guard, model=model)
-        )
+        guard = DEFAULT if self._guard is None else self._guard  # DEFAULT: the one the Toolbox makes
+        return Toolbox(self.vault, guard=guard, model=model, model_context_tokens=self.model_context_tokens)
 
     def toolbox_for(self, model: str | None) -> Toolbox:
         """The Toolbox reading for ``model`` (this surface's own ``model`` when it was given one)."""

@@ -42,7 +42,14 @@ from typing import Any, TypeVar
 import click
 
 from refvault.cli.options import STORE_KEY, store_option
-from refvault.limits import DEFAULT_OFFLOAD_TOKENS, DEFAULT_PREVIEW_CHARS, MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS
+from refvault.limits import (
+    DEFAULT_OFFLOAD_TOKENS,
+    DEFAULT_PREVIEW_CHARS,
+    MAX_MODEL_CONTEXT_TOKENS,
+    MAX_PREVIEW_CHARS,
+    MIN_MODEL_CONTEXT_TOKENS,
+    MIN_PREVIEW_CHARS,
+)
 
 __all__ = ["mcp"]
 
@@ -66,6 +73,16 @@ def _scope_option(part: str) -> Callable[[F], F]:
     )
 
 
+def _model_context_option(function: F) -> F:
+    return click.option(
+        "--model-context-tokens",
+        type=click.IntRange(MIN_MODEL_CONTEXT_TOKENS, MAX_MODEL_CONTEXT_TOKENS),
+        metavar="TOKENS",
+        help="The served model's context window in tokens: scales the offload threshold, previews and the "
+        "read tools' caps to it (default: the fixed caps, sized for a model of about 1M tokens).",
+    )(function)
+
+
 def _store_option(created: bool) -> Callable[[F], F]:
     made = "created if missing" if created else "must exist"
     return store_option(f"Store directory (default: $REFVAULT_STORE, else ./.refvault); {made}.")
@@ -85,8 +102,11 @@ def _store_option(created: bool) -> Callable[[F], F]:
     help="The model refvault's read tools read for (the tenant's policy judges the recipient model:NAME); "
     "default: the name the MCP client declares.",
 )
+@_model_context_option
 @click.pass_context
-def serve(ctx: click.Context, tenant: str, user: str, session: str, model: str | None) -> None:
+def serve(
+    ctx: click.Context, tenant: str, user: str, session: str, model: str | None, model_context_tokens: int | None
+) -> None:
     """Serve refvault's model-facing tools and resources over stdio, for MCP hosts configured with a command.
 
     Tools: describe_artifact, list_artifacts, read_artifact, query_artifact and
@@ -111,7 +131,8 @@ def serve(ctx: click.Context, tenant: str, user: str, session: str, model: str |
     with opened(ctx, read_only=read_only_media(ctx)) as vault:  # its reads only write caches where they can
         import anyio
 
-        server = gateway.ArtifactTools(vault, model=model).server(lambda _: scope)
+        tools = gateway.ArtifactTools(vault, model=model, model_context_tokens=model_context_tokens)
+        server = tools.server(lambda _: scope)
         line = f"refvault mcp serve: serving {scope} over stdio"
         try:
             anyio.run(lambda: gateway.serve_until_stopped(server, announce=lambda: gateway.stderr_line(line)))
@@ -151,17 +172,16 @@ def _gateway_module() -> Any:
 @click.option(
     "--offload-tokens",
     type=click.IntRange(min=1),
-    default=DEFAULT_OFFLOAD_TOKENS,
-    show_default=True,
-    help="Text results estimated above this many tokens are stored and shown as a preview.",
+    help="Text results estimated above this many tokens are stored and shown as a preview "
+    f"(default: scaled to --model-context-tokens, else {DEFAULT_OFFLOAD_TOKENS:,}).",
 )
 @click.option(
     "--preview-chars",
     type=click.IntRange(MIN_PREVIEW_CHARS, MAX_PREVIEW_CHARS),
-    default=DEFAULT_PREVIEW_CHARS,
-    show_default=True,
-    help="Bound on each preview of offloaded text.",
+    help=f"Bound on each preview of offloaded text (default: scaled to --model-context-tokens, else "
+    f"{DEFAULT_PREVIEW_CHARS:,}).",
 )
+@_model_context_option
 @click.option(
     "--binary-disclosure",
     type=click.Choice(["sealed", "model"]),
@@ -205,8 +225,9 @@ def proxy(
     session: str,
     url: str | None,
     http_port: int | None,
-    offload_tokens: int,
-    preview_chars: int,
+    offload_tokens: int | None,
+    preview_chars: int | None,
+    model_context_tokens: int | None,
     binary_disclosure: str,
     server_name: str | None,
     labels: tuple[str, ...],
@@ -244,6 +265,7 @@ def proxy(
             server_name=server_name,
             labels=frozenset(labels),
             model=model,
+            model_context_tokens=model_context_tokens,
         )
     except InvalidArgument as exc:
         raise BadInput(str(exc), type(exc).__name__) from None

@@ -228,7 +228,10 @@ def render() -> str:
         'is given (`box.schemas("openai")`, `"anthropic"`, `"gemini"` or `"mcp"`); the constraints are checked '
         "when the tool runs, and a call that breaks one gets an error message saying what is allowed, never "
         "content. Every answer says what it covers (`capture_status`, `omissions`, and for queries "
-        "`scan_complete` and `scanned_records`) and how to continue.",
+        "`scan_complete` and `scanned_records`) and how to continue. The defaults and limits shown are those of "
+        "a Toolbox given no model size; one given `model_context_tokens` scales `max_chars`, `max_matches`, "
+        "`limit` and the characters `load_artifacts` shows to that model, and caps a larger value the model asks "
+        "for, saying so in `capped` ([python.md](python.md#caps-scaled-to-the-model)).",
         "",
     ]
     for schema in schemas:

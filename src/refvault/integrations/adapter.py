@@ -4,8 +4,12 @@ Every adapter's tool factory is ``tools(box, *, scope, names=None)`` (Pydantic A
 ``toolset(box, *, scope, names=None)``): ``box`` is the :class:`~refvault.toolbox.Toolbox`
 whose tools to offer, ``scope`` the :class:`~refvault.model.Scope` every call runs in (for
 ADK, whose sessions name their own scope, None: the scope of the session that makes the
-call), ``names`` the tools to offer (default: all). :func:`tool_schemas` checks these
-arguments, with the same errors for every adapter, and picks the tools' schemas.
+call), ``names`` the tools to offer (default: all), and ``model_context_tokens`` the context window
+of the model they serve, in tokens (default None: the Toolbox's own caps): every call through them
+gets :meth:`Toolbox.caps_for(model_context_tokens) <refvault.toolbox.Toolbox.caps_for>`, the offload
+threshold, preview size and read-tool caps scaled to that model, and the schemas show its read-tool
+defaults. :func:`tool_schemas` checks these arguments, with the same errors for every adapter, and
+picks the tools' schemas.
 
 Every adapter's guard hook takes its guard the same way, as ``guard``: a
 :class:`~refvault.guard.LeakGuard`, or the Toolbox whose guard to use, resolved by
@@ -41,14 +45,16 @@ def tool_schemas(
     strict: bool = False,
     scope_optional: bool = False,
     in_given_order: bool = False,
+    model_context_tokens: int | None = None,
 ) -> list[dict[str, Any]]:
     """The schemas (``box.schemas(flavor)``) of the tools an adapter offers, after checking its arguments.
 
     All tools in registration order, or those in ``names``: in registration order, or in the order
     given when ``in_given_order`` (a name given twice counts once). Raises
     :class:`~refvault.errors.InvalidArgument` when ``box`` is not a Toolbox, ``scope`` not a Scope
-    (None is accepted when ``scope_optional``), ``names`` one string rather than a list, or when a
-    name is not registered (the message names up to ten of them).
+    (None is accepted when ``scope_optional``), ``names`` one string rather than a list, when a
+    name is not registered (the message names up to ten of them), or ``model_context_tokens`` is not
+    None or a model size :func:`~refvault.limits.caps_for_model` accepts.
     """
     if not isinstance(box, Toolbox):
         raise InvalidArgument("box must be a refvault.Toolbox")
@@ -56,7 +62,7 @@ def tool_schemas(
         raise InvalidArgument("scope must be a refvault.Scope(tenant=..., user=..., session=...)")
     if isinstance(names, str):
         raise InvalidArgument("names must be a list of tool names, not one string")
-    schemas = box.schemas(flavor, strict=strict)
+    schemas = box.schemas(flavor, strict=strict, model_context_tokens=model_context_tokens)
     by_name = {_name(schema, flavor): schema for schema in schemas}
     if names is None:
         return schemas

@@ -121,27 +121,36 @@ class _ToolboxTool(StructuredTool):
         return (), {"arguments": tool_input, "tool_call_id": tool_call_id}
 
 
-def tools(box: Toolbox, *, scope: Scope, names: Iterable[str] | None = None) -> list[StructuredTool]:
+def tools(
+    box: Toolbox, *, scope: Scope, names: Iterable[str] | None = None, model_context_tokens: int | None = None
+) -> list[StructuredTool]:
     """One ``StructuredTool`` per Toolbox tool (in registration order; ``names`` selects some), run in ``scope``.
 
     Each has the Toolbox's name, description and JSON schema, a sync (``func``)
     and an async (``coroutine``) path, and ``response_format="content_and_artifact"``.
+    ``model_context_tokens`` (the chat model's context window) scales every call's caps to it
+    (:mod:`refvault.integrations.adapter`).
     """
-    schemas = tool_schemas(box, "openai", scope=scope, names=names)
-    return [_tool(box, scope, schema["function"]) for schema in schemas]
+    schemas = tool_schemas(box, "openai", scope=scope, names=names, model_context_tokens=model_context_tokens)
+    return [_tool(box, scope, schema["function"], model_context_tokens) for schema in schemas]
 
 
-def _tool(box: Toolbox, scope: Scope, definition: Mapping[str, Any]) -> StructuredTool:
+def _tool(
+    box: Toolbox, scope: Scope, definition: Mapping[str, Any], model_context_tokens: int | None = None
+) -> StructuredTool:
     name: str = definition["name"]
+    sized = {"model_context_tokens": model_context_tokens}
 
     def call(arguments: str | dict[str, Any], tool_call_id: str | None, callbacks: Any = None) -> tuple[Any, Any]:
-        observation = box.call_sync(name, arguments, scope=scope, run_id=_run_id(callbacks), tool_call_id=tool_call_id)
+        run_id = _run_id(callbacks)
+        observation = box.call_sync(name, arguments, scope=scope, run_id=run_id, tool_call_id=tool_call_id, **sized)
         return _result(observation)
 
     async def acall(
         arguments: str | dict[str, Any], tool_call_id: str | None, callbacks: Any = None
     ) -> tuple[Any, Any]:
-        observation = await box.call(name, arguments, scope=scope, run_id=_run_id(callbacks), tool_call_id=tool_call_id)
+        run_id = _run_id(callbacks)
+        observation = await box.call(name, arguments, scope=scope, run_id=run_id, tool_call_id=tool_call_id, **sized)
         return _result(observation)
 
     return _ToolboxTool(

@@ -83,7 +83,9 @@ ModelInputFilter = Callable[[CallModelData[Any]], Awaitable[ModelInputData]]
 ToolOutput = str | list[ToolOutputText | ToolOutputImage]
 
 
-def tools(box: Toolbox, *, scope: Scope, names: Iterable[str] | None = None) -> list[Tool]:
+def tools(
+    box: Toolbox, *, scope: Scope, names: Iterable[str] | None = None, model_context_tokens: int | None = None
+) -> list[Tool]:
     """One ``FunctionTool`` per Toolbox tool (or per name in ``names``), each dispatching through ``box.call``.
 
     Typed ``list[Tool]`` (every item is a ``FunctionTool``) so that
@@ -91,17 +93,35 @@ def tools(box: Toolbox, *, scope: Scope, names: Iterable[str] | None = None) -> 
 
     Every call runs in ``scope``. ``names`` picks and orders tools (the five
     read tools included); an unknown name raises
-    :class:`~refvault.errors.InvalidArgument`.
+    :class:`~refvault.errors.InvalidArgument`. ``model_context_tokens`` (the agent's model's context
+    window) scales every call's caps to it (:mod:`refvault.integrations.adapter`).
     """
-    schemas = tool_schemas(box, "openai", scope=scope, names=names, strict=True, in_given_order=True)
-    return [_function_tool(box, scope, schema["function"]) for schema in schemas]
+    schemas = tool_schemas(
+        box,
+        "openai",
+        scope=scope,
+        names=names,
+        strict=True,
+        in_given_order=True,
+        model_context_tokens=model_context_tokens,
+    )
+    return [_function_tool(box, scope, schema["function"], model_context_tokens) for schema in schemas]
 
 
-def _function_tool(box: Toolbox, scope: Scope, function: Mapping[str, Any]) -> FunctionTool:
+def _function_tool(
+    box: Toolbox, scope: Scope, function: Mapping[str, Any], model_context_tokens: int | None = None
+) -> FunctionTool:
     name = function["name"]
 
     async def invoke(ctx: ToolContext[Any], arguments: str) -> ToolOutput:
-        observation = await box.call(name, arguments, scope=scope, run_id=_run_id(ctx), tool_call_id=ctx.tool_call_id)
+        observation = await box.call(
+            name,
+            arguments,
+            scope=scope,
+            run_id=_run_id(ctx),
+            tool_call_id=ctx.tool_call_id,
+            model_context_tokens=model_context_tokens,
+        )
         return _output(observation)
 
     return FunctionTool(

@@ -115,10 +115,12 @@ class RefvaultToolset(AbstractToolset[Any]):
         scope: Scope,
         names: Iterable[str] | None = None,
         id: str | None = None,
+        model_context_tokens: int | None = None,
     ) -> None:
-        schemas = tool_schemas(box, "mcp", scope=scope, names=names)
+        schemas = tool_schemas(box, "mcp", scope=scope, names=names, model_context_tokens=model_context_tokens)
         self.box = box
         self.scope = scope
+        self.model_context_tokens = model_context_tokens
         self._id = id
         self._definitions = [
             ToolDefinition(
@@ -144,7 +146,12 @@ class RefvaultToolset(AbstractToolset[Any]):
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
         observation = await self.box.call(
-            name, tool_args, scope=self.scope, run_id=ctx.run_id, tool_call_id=ctx.tool_call_id
+            name,
+            tool_args,
+            scope=self.scope,
+            run_id=ctx.run_id,
+            tool_call_id=ctx.tool_call_id,
+            model_context_tokens=self.model_context_tokens,
         )
         if observation.is_error:
             raise ToolFailed(observation.content)
@@ -152,14 +159,20 @@ class RefvaultToolset(AbstractToolset[Any]):
 
 
 def toolset(
-    box: Toolbox, *, scope: Scope, names: Iterable[str] | None = None, id: str | None = None
+    box: Toolbox,
+    *,
+    scope: Scope,
+    names: Iterable[str] | None = None,
+    id: str | None = None,
+    model_context_tokens: int | None = None,
 ) -> RefvaultToolset:
     """Every tool of ``box`` (or those in ``names``) as a Pydantic AI toolset dispatching in ``scope``.
 
     The tool definitions are taken when the toolset is made: register tools on
-    the Toolbox first. Pass it to ``Agent(toolsets=[...])``.
+    the Toolbox first. Pass it to ``Agent(toolsets=[...])``. ``model_context_tokens`` (the agent's
+    model's context window) scales every call's caps to it (:mod:`refvault.integrations.adapter`).
     """
-    return RefvaultToolset(box, scope=scope, names=names, id=id)
+    return RefvaultToolset(box, scope=scope, names=names, id=id, model_context_tokens=model_context_tokens)
 
 
 def _model_content(observation: Observation) -> Any:

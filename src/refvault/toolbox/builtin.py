@@ -10,7 +10,10 @@ callers use), run in the caller's scope. Invariants (tested in
   ``describe_artifact`` and ``list_artifacts`` show metadata, which the model
   needs to pass a sealed artifact's id to a tool that takes a ``Ref``.
 * **Bounded.** Every answer is capped (characters, records, ids per call,
-  bytes per image); caps are reported, never silent.
+  bytes per image); caps are reported, never silent. The defaults and ceilings of a window, a grep, a
+  query page and a loaded text are those of the call's :class:`~refvault.limits.ModelCaps` (``ctx.caps``,
+  scaled to the model's context by the Toolbox): a larger ``max_chars``, ``max_matches`` or ``limit``
+  than the ceiling is capped to it, and the answer says so in ``capped``.
 * **Data only.** What these tools recover (``read_artifact`` and ``query_artifact`` answers, every
   ``load_artifacts`` part and its summary) carries ``"data_only": true``
   (:data:`~refvault.toolbox.values.DATA_ONLY`), and a loaded artifact's header line says so in words for
@@ -23,6 +26,8 @@ callers use), run in the caller's scope. Invariants (tested in
 from __future__ import annotations
 
 import base64
+import dataclasses
+import functools
 import json
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -31,19 +36,25 @@ from typing import TYPE_CHECKING, Any
 
 from refvault.errors import InvalidArgument, RefvaultError, UnsupportedRead, shown_id
 from refvault.limits import (
+    DEFAULT_CAPS,
     DEFAULT_GREP_MATCHES,
     DEFAULT_QUERY_LIMIT,
     DEFAULT_WINDOW_CHARS,
     LOAD_IMAGE_BYTES,
     LOAD_TEXT_CHARS,
+    MAX_CHARS,
+    MAX_LIMIT,
     MAX_LIST_SUMMARY,
     MAX_LOAD_IDS,
+    MAX_MATCHES,
     SUMMARY_LIMIT,
+    ModelCaps,
 )
 from refvault.model import Descriptor, Scope, pick
 from refvault.read import records as record_reads
 from refvault.read import windows
 from refvault.read._access import base_type, coverage, is_records, is_text, readable
+from refvault.toolbox.definition import Tool, build_tool
 from refvault.toolbox.values import DATA_ONLY
 
 if TYPE_CHECKING:
@@ -58,6 +69,7 @@ __all__ = [
     "instructions",
     "list_summary",
     "load",
+    "read_tools",
 ]
 
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -155,11 +167,11 @@ def _loadable(descriptor: Descriptor) -> bool:
 
 
 def _load_one(
-    vault: VaultContract, scope: Scope, artifact_id: str, reader: tuple[str, str]
+    vault: VaultContract, scope: Scope, artifact_id: str, reader: tuple[str, str], text_chars: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """One id's parts and outcome; a failure becomes an error entry for this id (the others still load)."""
     try:
-        return _load_content(vault, scope, artifact_id, reader)
+        return _load_content(vault, scope, artifact_id, reader, text_chars)
     except RefvaultError as exc:
         error, message = type(exc).__name__, str(exc)  # refvault's messages never contain artifact content
     except Exception as exc:  # anything else is named by type only: its message could carry content
@@ -170,7 +182,7 @@ def _load_one(
 
 
 def _load_content(
-    vault: VaultContract, scope: Scope, artifact_id: str, reader: tuple[str, str]
+    vault: VaultContract, scope: Scope, artifact_id: str, reader: tuple[str, str], text_chars: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     purpose, recipient = reader
     descriptor = readable(vault, scope, artifact_id, purpose=purpose, recipient=recipient)
@@ -194,9 +206,7 @@ def _load_content(
         ]
         return parts, {"artifact_id": descriptor.artifact_id, "status": "loaded", "kind": "image", **facts}
     if is_text(descriptor.media_type):
-        shown = windows.window(
-            vault, scope, artifact_id, max_chars=LOAD_TEXT_CHARS, purpose=purpose, recipient=recipient
-        )
+        shown = windows.window(vault, scope, artifact_id, max_chars=text_chars, purpose=purpose, recipient=recipient)
         note = "" if shown["next"] is None else f"; truncated, continue with read_artifact {shown['next']}"
         text = f"{head}, {shown['unit']} {shown['start']}-{shown['end']} of {shown['total']}{note}\n{shown['text']}"
         outcome: dict[str, Any] = {"artifact_id": descriptor.artifact_id, "status": "loaded", "kind": "text", **facts}
@@ -214,12 +224,18 @@ def _load_content(
 
 
 def load(
-    vault: VaultContract, scope: Scope, artifact_ids: list[str], *, purpose: str = "default", recipient: str = "user"
+    vault: VaultContract,
+    scope: Scope,
+    artifact_ids: list[str],
+    *,
+    purpose: str = "default",
+    recipient: str = "user",
+    text_chars: int = LOAD_TEXT_CHARS,
 ) -> LoadedContent:
     """Load several artifacts concurrently; one failing id yields an error entry for that id, not a failed call.
 
     Every read is for ``purpose``, to ``recipient`` (the model, from the read tool): what the tenant's
-    policy refuses is an error entry for that id.
+    policy refuses is an error entry for that id. Each text shows at most ``text_chars`` characters.
     """
     reader = (purpose, recipient)
     if not artifact_ids:
@@ -228,7 +244,7 @@ def load(
         raise InvalidArgument(f"at most {MAX_LOAD_IDS} artifacts can be loaded per call")
     unique = list(dict.fromkeys(artifact_ids))
     with ThreadPoolExecutor(max_workers=min(8, len(unique))) as pool:
-        loaded = list(pool.map(lambda artifact_id: _load_one(vault, scope, artifact_id, reader), unique))
+        loaded = list(pool.map(lambda artifact_id: _load_one(vault, scope, artifact_id, reader, text_chars), unique))
     parts: list[Mapping[str, Any]] = []
     shown: list[tuple[int, str]] = []
     for chunk, outcome in loaded:
@@ -254,6 +270,29 @@ def _for_model(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 _FOR_CALLERS = frozenset({"proof", "excerpt_base64"})
+
+
+def _caps(ctx: Any) -> ModelCaps:
+    caps = getattr(ctx, "caps", DEFAULT_CAPS)
+    return caps if isinstance(caps, ModelCaps) else DEFAULT_CAPS
+
+
+def _within(argument: str, asked: Any, ceiling: int, hard: int, caps: ModelCaps) -> tuple[Any, dict[str, Any] | None]:
+    """``asked``, or the model's ceiling when it asked for more and the ceiling is below the read's hard limit.
+
+    The second value is what the answer says in ``capped`` (None: not capped). With the fixed defaults the
+    ceiling is the hard limit, and the read itself refuses or caps as it always has.
+    """
+    if isinstance(asked, bool) or not isinstance(asked, int) or asked <= ceiling or ceiling >= hard:
+        return asked, None
+    context = caps.model_context_tokens
+    why = f"at most {ceiling:,} for a model with a {context:,}-token context" if context else f"at most {ceiling:,}"
+    return ceiling, {"argument": argument, "asked": asked, "used": ceiling, "reason": why}
+
+
+def _noting(answer: dict[str, Any], capped: dict[str, Any] | None) -> dict[str, Any]:
+    return answer if capped is None else {**answer, "capped": capped}
+
 
 # The tools as the model sees them. Argument names are those of refvault.read's functions.
 
@@ -283,11 +322,13 @@ def read_artifact(
     """Read part of a text artifact: lines [start, end) or byte_range [offset, length]; or, with `pattern`,
     find matching lines (literal text; set regex=true for a regular expression). Answers say what they cover
     and how to continue."""
+    caps = _caps(ctx)
     if pattern is not None:
         if lines is not None or byte_range is not None:
             raise InvalidArgument(
                 "pass pattern (find matching lines, from from_line) or lines/byte_range (read a window), not both"
             )
+        max_matches, capped = _within("max_matches", max_matches, caps.max_grep_matches, MAX_MATCHES, caps)
         found = windows.grep(
             ctx.vault,
             ctx.scope,
@@ -299,9 +340,10 @@ def read_artifact(
             purpose=ctx.purpose,
             recipient=ctx.recipient,
         )
-        return _for_model(found)
+        return _noting(_for_model(found), capped)
     if regex or from_line != 0:
         raise InvalidArgument("regex and from_line apply to a pattern search: pass pattern too")
+    max_chars, capped = _within("max_chars", max_chars, caps.max_window_chars, MAX_CHARS, caps)
     shown = windows.window(
         ctx.vault,
         ctx.scope,
@@ -312,7 +354,7 @@ def read_artifact(
         purpose=ctx.purpose,
         recipient=ctx.recipient,
     )
-    return _for_model(shown)
+    return _noting(_for_model(shown), capped)
 
 
 def query_artifact(
@@ -331,6 +373,8 @@ def query_artifact(
     combined with {"and": [...]}, {"or": [...]}, {"not": ...}. order: [{"field": f, "direction": "asc"|"desc"}].
     record_range: [start, end). Pass next_cursor back as `cursor` (same query) for the next page.
     The answer says how many records were scanned and whether the scan was complete."""
+    caps = _caps(ctx)
+    limit, capped = _within("limit", limit, caps.max_query_limit, MAX_LIMIT, caps)
     answer = record_reads.query(
         ctx.vault,
         ctx.scope,
@@ -344,14 +388,37 @@ def query_artifact(
         purpose=ctx.purpose,
         recipient=ctx.recipient,
     )
-    return _for_model(answer)
+    return _noting(_for_model(answer), capped)
 
 
 def load_artifacts(artifact_ids: list[str], *, ctx: Any) -> LoadedContent:
     """Load artifacts into your context by id, several at once (at most 10 per call): text as text, images as
     images. Large text is truncated (continue with read_artifact); sealed artifacts cannot be loaded."""
-    return load(ctx.vault, ctx.scope, artifact_ids, purpose=ctx.purpose, recipient=ctx.recipient)
+    text_chars = _caps(ctx).load_text_chars
+    return load(ctx.vault, ctx.scope, artifact_ids, purpose=ctx.purpose, recipient=ctx.recipient, text_chars=text_chars)
 
 
 BUILTIN_TOOLS = (describe_artifact, list_artifacts, read_artifact, query_artifact, load_artifacts)
 RECOVERING_TOOLS = (read_artifact, query_artifact, load_artifacts)  # what they answer is recovered content
+
+
+@functools.lru_cache(maxsize=64)
+def read_tools(caps: ModelCaps) -> tuple[Tool, ...]:
+    """The read tools as a Toolbox registers them, their defaults those of ``caps``.
+
+    What the schema shows and what an omitted argument gets: ``max_chars`` is ``caps.window_chars``,
+    ``max_matches`` ``caps.grep_matches``, ``limit`` ``caps.query_limit`` (the fixed defaults for
+    :data:`~refvault.limits.DEFAULT_CAPS`, so a Toolbox without a model size describes them as before).
+    """
+    defaults: dict[str, dict[str, int]] = {
+        "read_artifact": {"max_chars": caps.window_chars, "max_matches": caps.grep_matches},
+        "query_artifact": {"limit": caps.query_limit},
+    }
+    return tuple(
+        dataclasses.replace(
+            build_tool(function, name=None, description=None, context="ctx", defaults=defaults.get(function.__name__)),
+            builtin=True,
+            data_only=function in RECOVERING_TOOLS,
+        )
+        for function in BUILTIN_TOOLS
+    )

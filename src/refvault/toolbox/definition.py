@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,9 +84,17 @@ def validation_message(exc: Exception) -> str:
 
 
 def build_tool(
-    fn: Callable[..., Any], *, name: str | None, description: str | None, context: str | None = None
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    description: str | None,
+    context: str | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Tool:
-    """The :class:`Tool` of ``fn``: ``context`` names a parameter that receives the ToolContext by name."""
+    """The :class:`Tool` of ``fn``: ``context`` names a parameter that receives the ToolContext by name.
+
+    ``defaults`` replaces the defaults of the parameters it names (in the schema and when the model omits them).
+    """
     hints = typing.get_type_hints(fn, include_extras=True)
     fields: dict[str, Any] = {}
     context_parameter = None
@@ -98,6 +106,8 @@ def build_tool(
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             raise InvalidType(f"tool {fn.__name__}: *args and **kwargs cannot be described to a model")
         default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        if defaults is not None and parameter.name in defaults:
+            default = defaults[parameter.name]
         fields[parameter.name] = (annotation, default)
     tool_name = name or fn.__name__
     arguments = create_model(f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from refvault.errors import BadRef, InvalidType, RefvaultError
+from refvault.limits import DEFAULT_CAPS, ModelCaps
 from refvault.model import Scope
 from refvault.toolbox.definition import Tool
 from refvault.toolbox.ref import DispatchFrame
@@ -58,6 +59,7 @@ class Prepared:
     labels: frozenset[str] = frozenset()  # the union of the inputs' labels (refvault.toolbox.taint)
     reads: ContextReads | None = None  # what the tool read through its ToolContext (its labels join these)
     read_ids: tuple[str, ...] = ()  # the artifacts it read there, once the call is over (see tainted)
+    caps: ModelCaps = DEFAULT_CAPS  # the caps of this call's model (its preview size: Toolbox._render)
 
 
 def tainted(prepared: Prepared) -> Prepared:

@@ -17,12 +17,13 @@ Invariants (tested in ``tests/toolbox/``):
   (:meth:`Artifact.stored_media_type`); the observation carries the
   descriptor summary, not the bytes.
 * **Offload.** With the built-in read tools registered (the default), a
-  result estimated above ``offload_tokens`` (20,000 by default, per tool if
-  given) is captured with ``disclosure="model"`` and the observation is a
-  bounded, type-aware preview that says what it covers and omits and how to
-  read more. Output of a sealed input stays sealed, and its preview shows
-  type and size only. If capture fails, the observation says so and carries a
-  bounded truncation marked incomplete (``tests/toolbox/test_offload.py``).
+  result estimated above ``offload_tokens`` (20,000 by default, scaled to
+  ``model_context_tokens`` when given, per tool if given) is captured with
+  ``disclosure="model"`` and the observation is a bounded, type-aware
+  preview that says what it covers and omits and how to read more. Output
+  of a sealed input stays sealed, and its preview shows type and size only.
+  If capture fails, the observation says so and carries a bounded truncation
+  marked incomplete (``tests/toolbox/test_offload.py``).
 
 This module holds the :class:`Toolbox` (registration, dispatch, events); the
 pieces it uses are beside it: :mod:`~refvault.toolbox.values` (ToolContext,
@@ -49,11 +50,12 @@ from pydantic import ValidationError
 from refvault.budgets import Budget
 from refvault.errors import BadRef, InvalidArgument, InvalidType, PolicyDenied, RefvaultError
 from refvault.ids import is_artifact_id
-from refvault.limits import DEFAULT_OFFLOAD_TOKENS, MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS
 from refvault.limits import DEFAULT_PREVIEW_CHARS as DEFAULT_PREVIEW_CHARS  # re-exported, as before
+from refvault.limits import MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS, ModelCaps, caps_for_model
 from refvault.model import Descriptor, Scope, check_labels
 from refvault.policy import Policy, check_purpose, check_recipient
 from refvault.toolbox.builtin import LoadedContent
+from refvault.toolbox.builtin import read_tools as builtin_read_tools
 from refvault.toolbox.definition import Tool, build_tool, validation_message
 from refvault.toolbox.invocation import (
     ENCODER,
@@ -110,13 +112,14 @@ class Toolbox:
         max_runs: int = 1000,
         max_events_per_run: int = 10_000,
         read_tools: bool = True,
-        offload_tokens: int | None = DEFAULT_OFFLOAD_TOKENS,
-        preview_chars: int = DEFAULT_PREVIEW_CHARS,
+        offload_tokens: int | None = DEFAULT,
+        preview_chars: int = DEFAULT,
         guard: Guard | None = DEFAULT,
         model: str | None = None,
         purpose: str = "default",
         budget: Budget | None = None,
         keep_results: bool = False,
+        model_context_tokens: int | None = None,
     ) -> None:
         """``read_tools`` registers describe/list/read/query/load_artifacts; offloading needs them.
 
@@ -132,18 +135,28 @@ class Toolbox:
         (``BudgetExceeded``) or an incomplete scan (``stopped_by: "budget"``).
 
         ``offload_tokens`` is the default threshold above which a result is
-        offloaded (None: never); ``preview_chars`` bounds each preview. ``keep_results=True`` also
-        stores every text result of a registered tool returned inline (under its ``tool_call_id``, with
-        its labels; the read tools' answers are not stored: the same read gives them again), so a
-        :class:`~refvault.context.WorkingSet` can later clear it from the context without losing it.
+        offloaded (None: never); ``preview_chars`` bounds each preview.
+        ``model_context_tokens`` (the served model's context window, in tokens) scales both, and the
+        read tools' defaults and ceilings, to the model (:func:`refvault.limits.caps_for_model`: an 8k
+        model gets far smaller caps than a 1M one); an ``offload_tokens`` or ``preview_chars`` given
+        here wins over the scaled value. None: the fixed defaults (20,000 tokens, 4,000 characters).
+        :meth:`call` and :meth:`schemas` take a ``model_context_tokens`` of their own for one call.
+        ``keep_results=True`` also stores every text result of a registered tool returned inline (under its
+        ``tool_call_id``, with its labels; the read tools' answers are not stored: the same read gives them
+        again), so a :class:`~refvault.context.WorkingSet` can later clear it from the context without losing it.
         ``guard`` is the :class:`~refvault.guard.LeakGuard` (any
         :class:`~refvault.guard.contract.Guard`) that learns every value a tool
         reads by reference (default: one made on first use; None: none). Check
         outgoing model requests with ``box.guard.check``.
         """
-        if offload_tokens is not None and (not isinstance(offload_tokens, int) or offload_tokens < 1):
-            raise InvalidArgument("offload_tokens must be a positive integer or None")
+        self.caps = caps_for_model(model_context_tokens)  # a bad size: InvalidArgument, saying what is accepted
         if (
+            offload_tokens is not DEFAULT
+            and offload_tokens is not None
+            and (not isinstance(offload_tokens, int) or offload_tokens < 1)
+        ):
+            raise InvalidArgument("offload_tokens must be a positive integer or None")
+        if preview_chars is not DEFAULT and (
             not isinstance(preview_chars, int)
             or isinstance(preview_chars, bool)
             or not MIN_PREVIEW_CHARS <= preview_chars <= MAX_PREVIEW_CHARS
@@ -165,8 +178,12 @@ class Toolbox:
         self.max_runs = max_runs
         self.max_events_per_run = max_events_per_run
         self.read_tools = read_tools
-        self.offload_tokens = offload_tokens if read_tools else None
-        self.preview_chars = preview_chars
+        self.model_context_tokens = model_context_tokens
+        given = {"offload_tokens": offload_tokens, "preview_chars": preview_chars}
+        self._given = {key: value for key, value in given.items() if value is not DEFAULT and value is not None}
+        self.caps = dataclasses.replace(self.caps, **self._given)
+        self.offload_tokens = self.caps.offload_tokens if read_tools and offload_tokens is not None else None
+        self.preview_chars = self.caps.preview_chars
         if not isinstance(keep_results, bool):
             raise InvalidArgument("keep_results must be True or False")
         self.keep_results = keep_results
@@ -180,14 +197,23 @@ class Toolbox:
         self._runs: OrderedDict[str | None, deque[ToolEvent]] = OrderedDict()
         self._lock = threading.Lock()
         if read_tools:
-            from refvault.toolbox.builtin import BUILTIN_TOOLS, RECOVERING_TOOLS
+            self._tools.update((tool.name, tool) for tool in builtin_read_tools(self.caps))
 
-            for function in BUILTIN_TOOLS:
-                self._tools[function.__name__] = dataclasses.replace(
-                    build_tool(function, name=None, description=None, context="ctx"),
-                    builtin=True,
-                    data_only=function in RECOVERING_TOOLS,
-                )
+    def caps_for(self, model_context_tokens: int | None = None) -> ModelCaps:
+        """The caps of a call for a model of ``model_context_tokens`` (None: this Toolbox's :attr:`caps`).
+
+        Scaled by :func:`~refvault.limits.caps_for_model`, with the ``offload_tokens`` and ``preview_chars``
+        given to the Toolbox kept. A bad size raises :class:`~refvault.errors.InvalidArgument`.
+        """
+        if model_context_tokens is None:
+            return self.caps
+        return dataclasses.replace(caps_for_model(model_context_tokens), **self._given)
+
+    def _tools_for(self, caps: ModelCaps) -> dict[str, Tool]:
+        """The registered tools, the read tools' defaults those of ``caps``."""
+        if caps == self.caps or not self.read_tools:
+            return self._tools
+        return {**self._tools, **{tool.name: tool for tool in builtin_read_tools(caps)}}
 
     @property
     def guard(self) -> Guard | None:
@@ -335,7 +361,9 @@ class Toolbox:
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             tool = build_tool(fn, name=name, description=description)
-            threshold = self.offload_tokens if offload_tokens is DEFAULT else offload_tokens
+            threshold = offload_tokens
+            if offload_tokens is DEFAULT:  # the threshold of each call's model (DEFAULT until the call)
+                threshold = None if self.offload_tokens is None else DEFAULT
             tool = dataclasses.replace(tool, offload_tokens=threshold)
             if tool.name in self._tools:
                 raise InvalidArgument(f"a tool named {tool.name!r} is already registered")
@@ -344,13 +372,17 @@ class Toolbox:
 
         return register(function) if function is not None else register
 
-    def schemas(self, flavor: Flavor = "openai", *, strict: bool = False) -> list[dict[str, Any]]:
+    def schemas(
+        self, flavor: Flavor = "openai", *, strict: bool = False, model_context_tokens: int | None = None
+    ) -> list[dict[str, Any]]:
         """Tool definitions for a model API: ``openai``, ``anthropic``, ``gemini`` or ``mcp``.
 
         ``strict=True`` (OpenAI) converts each parameter schema with the ``openai``
-        package's own strict-mode conversion.
+        package's own strict-mode conversion. The read tools' defaults are those of
+        :meth:`caps_for` ``(model_context_tokens)``.
         """
-        return [tool_schema(tool, flavor, strict=strict, ref_pattern=self.ref_pattern) for tool in self._tools.values()]
+        tools = self._tools_for(self.caps_for(model_context_tokens)).values()
+        return [tool_schema(tool, flavor, strict=strict, ref_pattern=self.ref_pattern) for tool in tools]
 
     # -- events ----------------------------------------------------------------------
 
@@ -400,8 +432,11 @@ class Toolbox:
         scope: Scope,
         run_id: str | None = None,
         tool_call_id: str | None = None,
+        model_context_tokens: int | None = None,
     ) -> Observation:
         """Run one tool call and return its observation; a tool's own failure is an error observation.
+
+        ``model_context_tokens``: the caps of this call are :meth:`caps_for` that size (None: the Toolbox's).
 
         Sync tools, and the vault work around a call (resolving Refs, capturing
         returned bytes), run in a worker thread so the event loop never blocks.
@@ -411,9 +446,11 @@ class Toolbox:
         """
         tool = self._tools.get(name)
         if tool is not None and tool.takes_refs:
-            prepared = await asyncio.to_thread(self._prepare, name, arguments, scope, run_id, tool_call_id)
+            prepared = await asyncio.to_thread(
+                self._prepare, name, arguments, scope, run_id, tool_call_id, model_context_tokens
+            )
         else:
-            prepared = self._prepare(name, arguments, scope, run_id, tool_call_id)
+            prepared = self._prepare(name, arguments, scope, run_id, tool_call_id, model_context_tokens)
         if isinstance(prepared, Observation):
             return prepared
         self._started(prepared)
@@ -442,11 +479,12 @@ class Toolbox:
         scope: Scope,
         run_id: str | None = None,
         tool_call_id: str | None = None,
+        model_context_tokens: int | None = None,
     ) -> Observation:
         """:meth:`call` for synchronous callers. An async tool runs in a private event loop: in this
         thread, or (when this thread already runs an event loop, as in a notebook) in a worker thread
         that carries this thread's context."""
-        prepared = self._prepare(name, arguments, scope, run_id, tool_call_id)
+        prepared = self._prepare(name, arguments, scope, run_id, tool_call_id, model_context_tokens)
         if isinstance(prepared, Observation):
             return prepared
         self._started(prepared)
@@ -470,12 +508,14 @@ class Toolbox:
         scope: Scope,
         run_id: str | None,
         tool_call_id: str | None,
+        model_context_tokens: int | None = None,
     ) -> Observation | Prepared:
+        caps = self.caps_for(model_context_tokens)
         if self.budget is not None and isinstance(scope, Scope) and scope not in self._budgeted:
             self.vault.set_budget(scope, self.budget)  # once per scope: the run's spend so far is kept
             with self._lock:
                 self._budgeted.add(scope)
-        tool = self._tools.get(name)
+        tool = self._tools_for(caps).get(name)
         if tool is None:
             shown = name if len(name) <= 64 else name[:64] + "…"
             return self._refused(shown, run_id, tool_call_id, f"unknown tool {shown!r}", "UnknownTool")
@@ -497,6 +537,8 @@ class Toolbox:
             return self._refused(name, run_id, tool_call_id, str(exc), "PolicyDenied")
         except ValueError as exc:
             return self._refused(name, run_id, tool_call_id, str(exc), "BadArguments")
+        if tool.offload_tokens is DEFAULT:  # registered without its own threshold: this call's model's
+            tool = dataclasses.replace(tool, offload_tokens=caps.offload_tokens)
         kwargs = {field_name: getattr(validated, field_name) for field_name in tool.fields}
         sealed = any(frame.descriptor(ref).disclosure == "sealed" for ref in refs)
         labels = input_labels(frame, refs)  # labels follow the data (refvault.toolbox.taint)
@@ -508,13 +550,13 @@ class Toolbox:
                 reads = ContextReads(vault, purpose=self.purpose, recipient=reader, labels=labels, refs=tuple(refs))
                 vault = cast("VaultContract", reads)
             kwargs[tool.context_parameter] = ToolContext(
-                scope, run_id, tool_call_id, vault, purpose=self.purpose, recipient=reader
+                scope, run_id, tool_call_id, vault, purpose=self.purpose, recipient=reader, caps=caps
             )
         with self._lock:
             self._served = scope
         if labels:
             self._label_for_guard(frame, refs)
-        return Prepared(tool, frame, kwargs, tuple(refs), scope, run_id, tool_call_id, sealed, labels, reads)
+        return Prepared(tool, frame, kwargs, tuple(refs), scope, run_id, tool_call_id, sealed, labels, reads, caps=caps)
 
     def _started(self, prepared: Prepared) -> None:
         self._record(
@@ -677,7 +719,7 @@ class Toolbox:
             sealed=prepared.sealed_inputs,
             tool_call_id=prepared.tool_call_id,
             run_id=prepared.run_id,
-            preview_chars=self.preview_chars,
+            preview_chars=prepared.caps.preview_chars,
             source=prepared.tool.name,
             labels=prepared.labels,
             derived_from=prepared.refs + prepared.read_ids,

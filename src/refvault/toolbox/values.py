@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from refvault.limits import DEFAULT_CAPS, ModelCaps
 from refvault.model import Descriptor, Scope, pick
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ class ToolContext:
     vault: VaultContract
     purpose: str = "default"  # the Toolbox's purpose: pass it to the reads the tool makes
     recipient: str = "user"  # who the tool's reads disclose to: model:<name> (read tools) or tool:<name>
+    caps: ModelCaps = DEFAULT_CAPS  # what one result may hold for the model served (refvault.limits.caps_for_model)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,18 @@ __all__ = ["RefvaultTool", "tools"]
 class RefvaultTool(BaseTool):
     """One Toolbox tool as an ADK tool: declared from ``box.schemas("gemini")``, dispatched by ``box.call``."""
 
-    def __init__(self, box: Toolbox, schema: Mapping[str, Any], *, scope: Scope | None = None) -> None:
+    def __init__(
+        self,
+        box: Toolbox,
+        schema: Mapping[str, Any],
+        *,
+        scope: Scope | None = None,
+        model_context_tokens: int | None = None,
+    ) -> None:
         super().__init__(name=str(schema["name"]), description=str(schema.get("description") or ""))
         self.box = box
         self.scope = scope
+        self.model_context_tokens = model_context_tokens
         self._declaration = types.FunctionDeclaration.model_validate(dict(schema))
 
     def _get_declaration(self) -> types.FunctionDeclaration | None:
@@ -46,6 +54,7 @@ class RefvaultTool(BaseTool):
             scope=scope,
             run_id=tool_context.invocation_id,
             tool_call_id=tool_context.function_call_id,
+            model_context_tokens=self.model_context_tokens,
         )
         return _result(observation)
 
@@ -74,7 +83,11 @@ def _part(part: Mapping[str, Any]) -> str | types.Part:
 
 
 def tools(
-    box: Toolbox, *positional: Iterable[str] | None, scope: Scope | None = None, names: Iterable[str] | None = None
+    box: Toolbox,
+    *positional: Iterable[str] | None,
+    scope: Scope | None = None,
+    names: Iterable[str] | None = None,
+    model_context_tokens: int | None = None,
 ) -> list[BaseTool]:
     """The Toolbox's tools (all, or those in ``names``, in that order) as ADK tools: every adapter's shape.
 
@@ -82,6 +95,8 @@ def tools(
     (:func:`scope_for`). Refvault's ``load_artifacts`` shares its name with ADK's ``LoadArtifactsTool``:
     to use ADK's, leave refvault's out with ``names``. ``tools(box, names)`` (the names given by
     position) still works and warns: it is deprecated for ``tools(box, names=...)``.
+    ``model_context_tokens`` (the agent's model's context window) scales every call's caps to it
+    (:mod:`refvault.integrations.adapter`).
     """
     if positional:
         if len(positional) > 1 or names is not None:
@@ -92,5 +107,13 @@ def tools(
             stacklevel=2,
         )
         names = positional[0]
-    schemas = tool_schemas(box, "gemini", scope=scope, names=names, scope_optional=True, in_given_order=True)
-    return [RefvaultTool(box, schema, scope=scope) for schema in schemas]
+    schemas = tool_schemas(
+        box,
+        "gemini",
+        scope=scope,
+        names=names,
+        scope_optional=True,
+        in_given_order=True,
+        model_context_tokens=model_context_tokens,
+    )
+    return [RefvaultTool(box, schema, scope=scope, model_context_tokens=model_context_tokens) for schema in schemas]

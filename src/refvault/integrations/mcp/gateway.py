@@ -53,7 +53,8 @@ between the SDK's client and a real upstream server subprocess):
   text alike (``tests/toolbox/test_taint.py``).
 * **Oversized text is offloaded.** When the texts of a result (text blocks and
   embedded *text* resources) are estimated above ``offload_tokens`` (20,000 by
-  default), the largest are captured with ``disclosure="model"``
+  default; scaled to ``GatewayOptions(model_context_tokens=...)`` when given),
+  the largest are captured with ``disclosure="model"``
   (:func:`refvault.toolbox.offload.offload`) until the rest fits, each replaced
   by a bounded preview naming the artifact (an embedded resource becomes a text
   block holding the preview and the resource's URI and declared media type;
@@ -213,7 +214,11 @@ class Gateway:
         self.options = options or GatewayOptions()
         self.guard = guard if guard is not None else LeakGuard()
         self.artifacts = ArtifactTools(
-            vault, max_resource_bytes=self.options.max_resource_bytes, guard=self.guard, model=self.options.model
+            vault,
+            max_resource_bytes=self.options.max_resource_bytes,
+            guard=self.guard,
+            model=self.options.model,
+            model_context_tokens=self.options.model_context_tokens,
         )
         self.toolbox = self.artifacts.toolbox
         self._examined: set[str] = set()  # sealed artifacts of the scope already protected (or not text)

@@ -40,7 +40,7 @@ class ResultOffloader:
         Runs in a worker thread: estimates, JSON encoding and captures are CPU and disk work. The token
         estimate never exceeds two per character, which rules small results out cheaply.
         """
-        threshold = self.options.offload_tokens
+        threshold = self.options.caps.offload_tokens
         source = f"mcp:{self.server_name}/{tool}"
         labels = self.options.labels
         if labels and not model_may_see(self.vault, self.scope, labels, model=self.options.model, purpose="default"):
@@ -53,7 +53,7 @@ class ResultOffloader:
             total = sum(estimates.values())
             # Only texts longer than a preview are worth offloading: the preview replaces them.
             candidates = sorted(
-                (i for i, text in texts.items() if len(text) > self.options.preview_chars),
+                (i for i, text in texts.items() if len(text) > self.options.caps.preview_chars),
                 key=lambda i: (-estimates[i], i),
             )
             for index in candidates:
@@ -145,7 +145,7 @@ class ResultOffloader:
             sealed=False,
             tool_call_id=tool_call_id,
             run_id=None,
-            preview_chars=self.options.preview_chars,
+            preview_chars=self.options.caps.preview_chars,
             source=source,
             labels=self.options.labels,
             withheld=withheld,
