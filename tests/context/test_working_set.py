@@ -76,7 +76,7 @@ def run(memory_vault: Vault, scope: Scope) -> Run:
 
 
 def test_old_results_become_stubs_until_the_request_fits_and_nothing_else_changes(run: Run) -> None:
-    ws = WorkingSet(run.vault, run.scope, model_context_tokens=16_384, keep_recent=2)
+    ws = WorkingSet(run.vault, run.scope, toolbox=run.box, model_context_tokens=16_384, keep_recent=2, run_id="run")
     for n in range(10):
         run.call("fetch", n=n)
     run.say("Summarising.")
@@ -109,7 +109,9 @@ def test_a_cleared_result_comes_back_exactly_from_the_id_its_stub_names(vault: V
         run.call("fetch", n=n)
     run.say("ok")
     originals = {m["tool_call_id"]: m["content"] for m in run.messages if m["role"] == "tool"}
-    out = WorkingSet(vault, scope, model_context_tokens=4096, keep_recent=1).apply(run.messages)
+    out = WorkingSet(vault, scope, model_context_tokens=4096, keep_recent=1, toolbox=run.box, run_id="run").apply(
+        run.messages
+    )
     cleared = stubs(out)
     assert cleared
     for call_id, body in cleared.items():
@@ -122,7 +124,9 @@ def test_a_cleared_result_comes_back_exactly_from_the_id_its_stub_names(vault: V
 def test_a_result_the_model_has_not_seen_is_never_cleared_even_over_budget(run: Run) -> None:
     for n in range(3):
         run.call("fetch", n=n, size=40_000)  # each alone is over the budget
-    out = WorkingSet(run.vault, run.scope, model_context_tokens=1024, keep_recent=0).apply(run.messages)
+    out = WorkingSet(
+        run.vault, run.scope, toolbox=run.box, model_context_tokens=1024, keep_recent=0, run_id="run"
+    ).apply(run.messages)
     last = run.messages[-1]["tool_call_id"]
     assert last not in stubs(out)  # no assistant message after it yet: unseen
     assert set(stubs(out)) == {"call_0", "call_1"}
@@ -133,7 +137,7 @@ def test_results_held_nowhere_are_kept_and_the_request_reported_over_budget(memo
     for n in range(6):
         run.call("fetch", n=n)
     run.say("ok")
-    ws = WorkingSet(memory_vault, scope, model_context_tokens=1024, keep_recent=0)
+    ws = WorkingSet(memory_vault, scope, model_context_tokens=1024, keep_recent=0, run_id="run")
     assert ws.apply(run.messages) == run.messages
     assert ws.stats.over_budget
     assert ws.stats.cleared == 0
@@ -166,7 +170,7 @@ def test_a_message_naming_an_id_the_scope_cannot_read_is_not_cleared(run: Run) -
         }
     )
     run.say("ok")
-    ws = WorkingSet(run.vault, run.scope, model_context_tokens=1024, keep_recent=0)
+    ws = WorkingSet(run.vault, run.scope, toolbox=run.box, model_context_tokens=1024, keep_recent=0, run_id="run")
     assert not {"forged", "unknown"} & set(ws.replacements(run.messages))
 
 
@@ -175,9 +179,13 @@ def test_stubs_carry_no_content_of_any_artifact_sealed_or_not(run: Run) -> None:
     for n in range(4):
         run.call("fetch", n=n)
     run.say("ok")
-    out = WorkingSet(run.vault, run.scope, model_context_tokens=1024, keep_recent=0).apply(run.messages)
+    out = WorkingSet(
+        run.vault, run.scope, toolbox=run.box, model_context_tokens=1024, keep_recent=0, run_id="run"
+    ).apply(run.messages)
     cleared = stubs(out)
-    assert len(cleared) == 4  # the fetches; the sealed artifact's summary is smaller than any stub
+    assert len(cleared) == 5
+    assert cleared["call_0"]["restore"]["tool"] == "describe_artifact"  # the sealed artifact's summary
+    assert "usable by reference only" in cleared["call_0"]["restore"]["note"]
     for message in out:
         if message["role"] == "tool" and message["tool_call_id"] in cleared:
             assert CANARY not in message["content"]
@@ -186,10 +194,17 @@ def test_stubs_carry_no_content_of_any_artifact_sealed_or_not(run: Run) -> None:
 def test_a_sealed_artifacts_stub_is_metadata_and_says_it_is_used_by_reference(run: Run) -> None:
     run.call("snapshot")
     (sealed,) = run.vault.list(run.scope)
-    subject = subject_of(run.messages[-1], [sealed], lambda artifact_id: run.vault.describe(run.scope, artifact_id))
+    subject = subject_of(
+        run.messages[-1],
+        call_id="call_0",
+        tool="snapshot",
+        arguments="{}",
+        captured=[sealed],
+        describe=lambda artifact_id: run.vault.describe(run.scope, artifact_id),
+    )
     assert subject is not None
-    assert subject.kind == "observed"
-    body = json.loads(stub(subject, tool="snapshot", arguments="{}", tokens=99))["cleared"]
+    assert subject.kind == "offloaded"
+    body = json.loads(stub(subject, tool="snapshot", tokens=99))["cleared"]
     assert body["artifacts"] == [
         {
             "artifact_id": sealed.artifact_id,
@@ -209,7 +224,9 @@ def test_a_read_answer_is_restored_by_the_same_read(run: Run) -> None:
     run.call("read_artifact", artifact_id=artifact_id, lines=[0, 1], max_chars=20_000)
     run.call("fetch", n=2)
     run.say("ok")
-    out = WorkingSet(run.vault, run.scope, model_context_tokens=2048, keep_recent=0).apply(run.messages)
+    out = WorkingSet(
+        run.vault, run.scope, toolbox=run.box, model_context_tokens=2048, keep_recent=0, run_id="run"
+    ).apply(run.messages)
     body = stubs(out)["call_1"]
     assert body["restore"] == {
         "tool": "read_artifact",
@@ -230,6 +247,7 @@ def test_a_result_brought_back_is_pinned_and_three_reloads_are_reported_and_pinn
     ws = WorkingSet(
         run.vault,
         run.scope,
+        toolbox=run.box,
         model_context_tokens=16_384,
         keep_recent=1,
         pin_turns=2,
@@ -282,7 +300,7 @@ def test_the_same_requests_give_the_same_output(run: Run) -> None:
         run.say("next")
     outputs = []
     for _ in range(2):
-        ws = WorkingSet(run.vault, run.scope, model_context_tokens=4096, keep_recent=2)
+        ws = WorkingSet(run.vault, run.scope, toolbox=run.box, model_context_tokens=4096, keep_recent=2, run_id="run")
         outputs.append(
             [json.dumps(ws.apply(run.messages[:k]), sort_keys=True) for k in range(4, len(run.messages) + 1)]
         )
@@ -298,10 +316,10 @@ def test_the_request_fits_whenever_what_cannot_be_cleared_fits(sizes: list[int],
         for n, size in enumerate(sizes):
             run.call("fetch", n=n, size=size)
             run.say("next")
-        ws = WorkingSet(vault, run.scope, model_context_tokens=context, keep_recent=3)
+        ws = WorkingSet(vault, run.scope, toolbox=run.box, model_context_tokens=context, keep_recent=3, run_id="run")
         ws.apply(run.messages)
         fixed = ws.stats.tokens_before - sum(ws._tokens(m) for m in run.messages if m["role"] == "tool")
-        stub_cost = 60 * len(sizes)  # a brief stub: its id and the restoring call
+        stub_cost = 100 * len(sizes)  # a brief stub: its id and the restoring call, under 100 tokens
         if fixed + stub_cost <= ws.budget:
             assert ws.stats.tokens_after <= ws.budget
         assert ws.stats.over_budget == (ws.stats.tokens_after > ws.budget)
@@ -340,11 +358,11 @@ def test_bad_settings_are_typed_errors_naming_the_setting(
     memory_vault: Vault, scope: Scope, options: dict[str, Any], named: str
 ) -> None:
     with pytest.raises(InvalidArgument, match=named):
-        WorkingSet(memory_vault, scope, **options)
+        WorkingSet(memory_vault, scope, **options, run_id="run")
 
 
 def test_messages_that_are_not_a_list_of_dicts_are_a_typed_error(memory_vault: Vault, scope: Scope) -> None:
-    ws = WorkingSet(memory_vault, scope, model_context_tokens=8192)
+    ws = WorkingSet(memory_vault, scope, model_context_tokens=8192, run_id="run")
     for bad in ("hello", [1, 2], None):
         with pytest.raises(InvalidArgument, match="list of chat messages"):
             ws.apply(bad)  # type: ignore[arg-type]
@@ -354,7 +372,9 @@ def test_learning_captures_from_the_toolbox_trajectory_clears_the_same_results_w
     for n in range(8):
         run.call("fetch", n=n)
     run.say("ok")
-    listed = WorkingSet(run.vault, run.scope, model_context_tokens=8192, keep_recent=2).apply(run.messages)
+    listed = WorkingSet(
+        run.vault, run.scope, toolbox=run.box, model_context_tokens=8192, keep_recent=2, run_id="run"
+    ).apply(run.messages)
     calls: list[str] = []
     original = run.vault.list
 
@@ -375,11 +395,13 @@ def test_when_full_stubs_do_not_fit_the_oldest_shrink_to_ids_and_the_restoring_c
     for n in range(40):
         run.call("fetch", n=n, size=800)
         run.say("next")
-    out = WorkingSet(run.vault, run.scope, model_context_tokens=4_096, keep_recent=0).apply(run.messages)
+    out = WorkingSet(
+        run.vault, run.scope, toolbox=run.box, model_context_tokens=4_096, keep_recent=0, run_id="run"
+    ).apply(run.messages)
     cleared = stubs(out)
     brief = [body for body in cleared.values() if set(body) == {"ids", "restore"}]
     assert brief
-    assert brief[0]["restore"]["tool"] == "load_artifacts"
-    assert brief[0]["restore"]["arguments"]["artifact_ids"] == brief[0]["ids"]
+    assert brief[0]["restore"]["tool"] == "read_artifact"  # a kept result comes back whole in one window
+    assert [brief[0]["restore"]["arguments"]["artifact_id"]] == brief[0]["ids"]
     assert "call_0" in cleared
     assert set(cleared["call_0"]) == {"ids", "restore"}  # the oldest shrink first

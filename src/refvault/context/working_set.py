@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from refvault.context.stubs import RECOVERING, Subject, message_text, named_ids, stub, subject_of
 from refvault.errors import InvalidArgument, RefvaultError
+from refvault.limits import caps_for_model
 from refvault.model import Descriptor, Scope
 from refvault.policy import check_purpose
 from refvault.read.previews.tokens import estimate_tokens
@@ -49,7 +51,7 @@ __all__ = ["WorkingSet", "WorkingSetStats"]
 MESSAGE_OVERHEAD = 4  # tokens a chat message costs beyond its text (role, separators)
 IMAGE_TOKENS = 1_000  # what an image part is counted as
 MAX_CONTEXT_TOKENS = 100_000_000
-COUNTED = 4096  # message texts whose token counts are remembered
+COUNTED = 65_536  # texts (and subjects, stubs) remembered: counted once each in a long run
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +168,18 @@ class WorkingSet:
             if not _count(value) or not low <= value <= 10_000:
                 raise InvalidArgument(f"{name} must be an integer between {low} and 10,000")
         check_purpose(purpose)
+        if toolbox is not None:
+            if not isinstance(toolbox, Toolbox):
+                raise InvalidArgument("toolbox must be the refvault.Toolbox whose calls the messages record")
+            if run_id is None:
+                raise InvalidArgument("with a toolbox, give the run_id its calls were made with")
+            if not toolbox.read_tools:
+                raise InvalidArgument("the toolbox has no read tools: the model could not bring a cleared result back")
+            if model is not None and model != toolbox.model:
+                raise InvalidArgument("model differs from the toolbox's: leave it out to use the toolbox's")
+            if purpose != "default" and purpose != toolbox.purpose:
+                raise InvalidArgument("purpose differs from the toolbox's: leave it out to use the toolbox's")
+            model, purpose = toolbox.model, toolbox.purpose
         self.vault = vault
         self.scope = scope
         self.model_context_tokens = model_context_tokens
@@ -178,6 +192,8 @@ class WorkingSet:
         self.recipient = model_recipient(model)
         self.run_id = run_id
         self.toolbox = toolbox
+        caps = toolbox.caps if toolbox is not None else caps_for_model(model_context_tokens)
+        self._window = caps.max_window_chars  # the most one read_artifact gives back to this model
         self._count = count_tokens or estimate_tokens
         self._on_event = on_event
         self._lock = threading.Lock()
@@ -186,8 +202,10 @@ class WorkingSet:
         self._stats = WorkingSetStats(budget=self.budget)
         self._captured: dict[str, tuple[str, ...]] = {}  # tool_call_id -> ids of the artifacts captured under it
         self._described: dict[str, Descriptor | None] = {}  # id -> its descriptor for the model (None: refused)
-        self._subjects: dict[tuple[str, str], Subject | None] = {}
-        self._stubs: dict[tuple[str, str, str | None, int], str] = {}  # stub texts made (the same each time)
+        self._subjects: dict[tuple[str, str, str | None, str], Subject | None] = {}
+        self._stubs: dict[
+            tuple[str, tuple[str, ...], str, str | None, int, bool], str
+        ] = {}  # stub texts made (the same each time)
         self._counted: dict[str, int] = {}  # text -> its tokens (the newest COUNTED texts)
 
     @property
@@ -224,7 +242,13 @@ class WorkingSet:
         if not isinstance(given, list | tuple) or not all(isinstance(m, Mapping) for m in given):
             raise InvalidArgument("messages must be a list of chat messages (dicts with a role)")
         with self._lock:
-            return self._plan(messages)
+            emitted = len(self._events)
+            changes = self._plan(messages)
+            fresh = self._events[emitted:]
+        if self._on_event is not None:
+            for event in fresh:  # outside the lock: a callback may use this working set
+                self._on_event(event)
+        return changes
 
     # -- the plan --------------------------------------------------------------------------------
 
@@ -246,45 +270,30 @@ class WorkingSet:
             if call_id not in self._captured and not listed:
                 self._learn_captured(messages)  # once per request at most
                 listed = True
-            subject = self._subject(call_id, message)
+            call = calls.get(call_id)
+            subject = self._subject(call_id, call, message)
             if subject is None:
                 continue
-            call = calls.get(call_id)
-            key = (call_id, message_text(message.get("content")), call.tool if call else None, costs[index])
-            text = self._stubs.get(key)
-            if text is None:
-                text = stub(
-                    subject,
-                    tool=call.tool if call else None,
-                    arguments=call.arguments if call else None,
-                    tokens=costs[index],
-                )
-                self._stubs[key] = text
-                if len(self._stubs) > COUNTED:
-                    del self._stubs[next(iter(self._stubs))]
-            cost = self._tokens({"content": text})
-            if cost >= costs[index]:
-                continue  # the stub would not save anything
-            total += cost - costs[index]
-            changes[call_id] = text
-            cleared.append((index, subject))
-            self._run.cleared.update(subject.ids)
+            tool = call.tool if call else None
+            for brief in (False, True):  # a full stub if it saves anything, else a brief one
+                text = self._stub(subject, tool, costs[index], brief)
+                cost = self._tokens({"content": text})
+                if cost < costs[index]:
+                    total += cost - costs[index]
+                    changes[call_id] = text
+                    cleared.append((index, subject))
+                    self._run.cleared.update(subject.ids)
+                    break
         for index, subject in cleared:  # still over: the oldest stubs shrink to their ids and restoring call
             if total <= self.budget:
                 break
             call_id = str(messages[index]["tool_call_id"])
             call = calls.get(call_id)
-            brief = stub(
-                subject,
-                tool=call.tool if call else None,
-                arguments=call.arguments if call else None,
-                tokens=costs[index],
-                brief=True,
-            )
-            saved = self._tokens({"content": changes[call_id]}) - self._tokens({"content": brief})
+            short = self._stub(subject, call.tool if call else None, costs[index], True)
+            saved = self._tokens({"content": changes[call_id]}) - self._tokens({"content": short})
             if saved > 0:
                 total -= saved
-                changes[call_id] = brief
+                changes[call_id] = short
         run = self._run
         run.requests += 1
         run.peak = max(run.peak, total)
@@ -312,8 +321,8 @@ class WorkingSet:
         """
         last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         tools = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
-        named = [m.get("tool_call_id") for m in messages if m.get("role") == "tool"]
-        twice = {c for c in named if named.count(c) > 1} if len(set(named)) < len(named) else set()
+        named = Counter(m.get("tool_call_id") for m in messages if m.get("role") == "tool")
+        twice = {c for c, n in named.items() if n > 1}
         recent = set(tools[-self.keep_recent :]) if self.keep_recent else set()
         tiers: tuple[list[int], list[int], list[int]] = ([], [], [])
         for index in tools:
@@ -323,17 +332,39 @@ class WorkingSet:
             tiers[2 if call_id in pinned else 1 if index in recent else 0].append(index)
         return [index for tier in tiers for index in tier]
 
-    def _subject(self, call_id: str, message: Mapping[str, Any]) -> Subject | None:
+    def _subject(self, call_id: str, call: _Call | None, message: Mapping[str, Any]) -> Subject | None:
         """What the message stands for (remembered per call and content: a later request asks again)."""
-        key = (call_id, message_text(message.get("content")))
+        tool = call.tool if call else None
+        arguments = _text(call.arguments) if call else ""
+        key = (call_id, message_text(message.get("content")), tool, arguments)
         if key not in self._subjects:
-            stored = [d for d in map(self._describe, self._captured.get(call_id, ())) if d is not None]
-            if len(stored) < len(self._captured.get(call_id, ())):
-                stored = []  # one of them cannot be described: not restorable as a whole
-            self._subjects[key] = subject_of(message, stored, self._describe)
+            captured = [d for d in map(self._describe, self._captured.get(call_id, ())) if d is not None]
+            self._subjects[key] = subject_of(
+                message,
+                call_id=call_id,
+                tool=tool,
+                arguments=call.arguments if call else None,
+                captured=[d for d in captured if self._in_run(d)],
+                describe=self._describe,
+                max_chars=self._window,
+            )
             if len(self._subjects) > COUNTED:
                 del self._subjects[next(iter(self._subjects))]
         return self._subjects[key]
+
+    def _in_run(self, descriptor: Descriptor) -> bool:
+        """Captured in this scope by this run (not shared in by a grant, not another run's same call id)."""
+        scope = descriptor.scope
+        return not scope.get("shared") and scope.get("run_id") == self.run_id
+
+    def _stub(self, subject: Subject, tool: str | None, tokens: int, brief: bool) -> str:
+        key = (subject.kind, subject.ids, _text(subject.restore), tool, tokens, brief)
+        text = self._stubs.get(key)
+        if text is None:
+            text = self._stubs[key] = stub(subject, tool=tool, tokens=tokens, brief=brief)
+            if len(self._stubs) > COUNTED:
+                del self._stubs[next(iter(self._stubs))]
+        return text
 
     def _describe(self, artifact_id: str) -> Descriptor | None:
         """The artifact as the model may see it, or None (remembered for the run)."""
@@ -405,8 +436,6 @@ class WorkingSet:
     def _emit(self, call_id: str, tool: str | None, artifact_id: str) -> None:
         event = ToolEvent("context_thrash", tool or "unknown", self.run_id, call_id, artifacts=(artifact_id,))
         self._events.append(event)
-        if self._on_event is not None:
-            self._on_event(event)
 
     def _tokens(self, message: Mapping[str, Any]) -> int:
         content = message.get("content")

@@ -9,8 +9,8 @@ only the model's decisions are scripted, from the seed:
 * each step calls ``fetch`` once, whose result is 2-40 KB of text;
 * at about one step in three the model needs an earlier result (half the time one of three "hot"
   results, else any); if the request it received shows that result as a stub, it brings the result
-  back with ``read_artifact`` (a reload), and the eval checks the reloaded text is exactly what the
-  tool returned (``lossless``).
+  back with the call the stub names (a reload), and the eval checks the reloaded text is exactly what
+  the tool returned (``lossless``).
 
 Figures are reported, never asserted; they depend on the seed alone.
 """
@@ -102,9 +102,8 @@ async def _run(vault: Any, scope: Scope, pages: Sequence[str], seed: int, workin
             page = rng.choice(earlier) if earlier else rng.randrange(step)
             shown = next(m for m in request if m.get("tool_call_id") == result_of[page])
             if str(shown.get("content", "")).startswith('{"cleared"'):
-                cleared = json.loads(shown["content"])["cleared"]
-                artifact_id = cleared["artifacts"][0]["artifact_id"]
-                answer = json.loads(await call("read_artifact", {"artifact_id": artifact_id, "max_chars": 200_000}))
+                restore = json.loads(shown["content"])["cleared"]["restore"]  # the model does what the stub says
+                answer = json.loads(await call(restore["tool"], restore["arguments"]))
                 reloads += 1
                 lossless += answer.get("text") == pages[page]
                 if ws_or_none is not None:
