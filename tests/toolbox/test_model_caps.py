@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from refvault import Scope, Toolbox, Vault
+from refvault import Scope, Toolbox, ToolContext, Vault
 from refvault.errors import InvalidArgument
 from refvault.limits import DEFAULT_CAPS, caps_for_model
 from refvault.read.previews import PREVIEW_SLACK
@@ -202,3 +202,34 @@ def test_the_schemas_show_the_models_defaults(vault: Vault) -> None:
     assert defaults(small.schemas("mcp")) == {"max_chars": 1_000, "max_matches": 5, "limit": 5}
     assert defaults(plain.schemas("mcp", model_context_tokens=SMALL)) == defaults(small.schemas("mcp"))
     assert defaults(plain.schemas("mcp")) == {"max_chars": 20_000, "max_matches": 100, "limit": 100}  # unchanged
+
+
+def test_no_argument_gets_an_8k_model_more_than_its_ceiling(vault: Vault, scope: Scope) -> None:
+    artifact_id = text_artifact(vault, scope)
+    box = Toolbox(vault, model_context_tokens=SMALL)
+    ceiling = box.caps.max_window_chars
+    for arguments in (
+        {"byte_range": [0, 10**6]},
+        {"lines": [0, None], "max_chars": 10**5},
+        {"byte_range": [0, 10**6], "max_chars": 199_999},
+    ):
+        shown = answer(box, scope, "read_artifact", {"artifact_id": artifact_id, **arguments})
+        assert len(shown["text"]) <= ceiling, arguments
+    for bad in (-1, 0, "all"):
+        refused = box.call_sync("read_artifact", {"artifact_id": artifact_id, "max_chars": bad}, scope=scope)
+        assert refused.is_error, bad
+    huge = answer(box, scope, "read_artifact", {"artifact_id": artifact_id, "max_chars": 10**12})
+    assert len(huge["text"]) <= ceiling  # over every limit: capped to this model's ceiling, never honoured
+    assert huge["capped"]["used"] == ceiling
+
+
+def test_a_tool_finds_its_calls_caps_in_its_context(vault: Vault, scope: Scope) -> None:
+    box = Toolbox(vault, model_context_tokens=SMALL)
+
+    @box.tool
+    def sized(ctx: ToolContext) -> int:
+        """How many characters one window of this model holds."""
+        return ctx.caps.window_chars
+
+    assert box.call_sync("sized", {}, scope=scope).content == "1000"
+    assert box.call_sync("sized", {}, scope=scope, model_context_tokens=LARGE).content == "20971"

@@ -149,7 +149,7 @@ class Toolbox:
         reads by reference (default: one made on first use; None: none). Check
         outgoing model requests with ``box.guard.check``.
         """
-        self.caps = caps_for_model(model_context_tokens)  # a bad size: InvalidArgument, saying what is accepted
+        scaled = caps_for_model(model_context_tokens)  # a bad size: InvalidArgument, saying what is accepted
         if (
             offload_tokens is not DEFAULT
             and offload_tokens is not None
@@ -181,7 +181,7 @@ class Toolbox:
         self.model_context_tokens = model_context_tokens
         given = {"offload_tokens": offload_tokens, "preview_chars": preview_chars}
         self._given = {key: value for key, value in given.items() if value is not DEFAULT and value is not None}
-        self.caps = dataclasses.replace(self.caps, **self._given)
+        self.caps = dataclasses.replace(scaled, **self._given)  # what this Toolbox's calls get by default
         self.offload_tokens = self.caps.offload_tokens if read_tools and offload_tokens is not None else None
         self.preview_chars = self.caps.preview_chars
         if not isinstance(keep_results, bool):

@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 from refvault.content.encoded import MIN_DATA_URL_CHARS, mask
 from refvault.errors import InvalidArgument
-from refvault.limits import DEFAULT_WINDOW_CHARS
 from refvault.model import Descriptor
 from refvault.read._access import base_type
 
@@ -188,14 +187,12 @@ def _text_read_more(
     if lines is not None:
         parts.append(
             f'Read the omitted lines with read_artifact(artifact_id="{artifact_id}", lines=[{lines[0]}, {lines[1]}])'
-            f" (zero-based, end exclusive; each call returns up to about {DEFAULT_WINDOW_CHARS} characters"
-            " and says where to continue)."
+            " (zero-based, end exclusive; each call returns up to max_chars characters and says where to continue)."
         )
     else:
         parts.append(
             f'Read lines with read_artifact(artifact_id="{artifact_id}", lines=[start, end])'
-            f" (zero-based, end exclusive; each call returns up to about {DEFAULT_WINDOW_CHARS} characters"
-            " and says where to continue)."
+            " (zero-based, end exclusive; each call returns up to max_chars characters and says where to continue)."
         )
     if byte_range is not None:
         parts.append(
