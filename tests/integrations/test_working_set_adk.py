@@ -29,7 +29,9 @@ from tests.integrations.working_set import (
     cleared,
     page,
     pages_box,
+    parsed,
     reloaded_page_one,
+    rendered,
     working_set,
 )
 
@@ -42,6 +44,7 @@ class Recorder(BaseLlm):
     """Fetches pages 1-3, reloads whatever the stub of page 1 names, answers; records each request's contents."""
 
     model: str = "scripted"
+    with_ids: bool = True  # False: the model gives no call ids (as Gemini), so ADK makes its own
     contents: list[list[dict[str, Any]]] = Field(default_factory=list)
     instructions: list[Any] = Field(default_factory=list)
 
@@ -51,15 +54,14 @@ class Recorder(BaseLlm):
         self.contents.append([c.model_dump(mode="json", exclude_none=True) for c in llm_request.contents])
         self.instructions.append(llm_request.config.system_instruction if llm_request.config else None)
         turn = len(self.contents) - 1
+        call_id = f"call_{turn}" if self.with_ids else None
         if turn < len(PAGES):
-            part = types.Part(
-                function_call=types.FunctionCall(name="fetch", args={"n": PAGES[turn]}, id=f"call_{turn}")
-            )
+            part = types.Part(function_call=types.FunctionCall(name="fetch", args={"n": PAGES[turn]}, id=call_id))
         elif turn == RELOAD_TURN:
-            stub = cleared(result_of(self.contents[turn], "call_0")["result"])
+            stub = cleared(results(self.contents[turn])[0]["result"])
             assert stub is not None, "page 1 was not cleared"
             restore = stub["restore"]
-            call = types.FunctionCall(name=restore["tool"], args=restore["arguments"], id="call_3")
+            call = types.FunctionCall(name=restore["tool"], args=restore["arguments"], id=call_id)
             part = types.Part(function_call=call)
         else:
             part = types.Part(text="done")
@@ -76,8 +78,27 @@ def result_of(contents: list[dict[str, Any]], call_id: str) -> dict[str, Any]:
     return dict(response)
 
 
-def run_agent(vault: Vault, callback: Any) -> tuple[Recorder, list[dict[str, Any]]]:
-    model = Recorder()
+def results(contents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every function response's ``response``, in order."""
+    return [
+        dict(part["function_response"]["response"])
+        for content in contents
+        for part in content.get("parts", [])
+        if "function_response" in part
+    ]
+
+
+def response_ids(contents: list[dict[str, Any]]) -> list[str | None]:
+    return [
+        part["function_response"].get("id")
+        for content in contents
+        for part in content.get("parts", [])
+        if "function_response" in part
+    ]
+
+
+def run_agent(vault: Vault, callback: Any, *, with_ids: bool = True) -> tuple[Recorder, list[dict[str, Any]]]:
+    model = Recorder(with_ids=with_ids)
     agent = LlmAgent(
         name="analyst",
         model=model,
@@ -130,6 +151,26 @@ def test_older_stored_responses_reach_the_model_as_stubs_and_the_session_keeps_t
     assert reloaded_page_one(json.dumps(reload, ensure_ascii=False))
     assert artifact_id in json.dumps(reload)
     assert ws.stats.restored == 1
+    # What the working set read: the history as chat messages, every request, nothing dropped.
+    assert parsed(ws.seen[RELOAD_TURN]) == rendered(model.instructions[RELOAD_TURN], "What happened?", len(PAGES))
+    assert len(ws.seen) == RELOAD_TURN + 2
+
+
+def test_call_ids_adk_strips_from_the_request_are_found_again_in_the_session(vault: Vault) -> None:
+    """A model that gives no call ids (as Gemini): ADK makes ``adk-…`` ids, which tools are called with (and results
+    stored under), and strips them from the request; the callback finds them again and still clears page 1."""
+    ws = working_set(vault, SCOPE)
+    model, history = run_agent(vault, working_set_callback(ws), with_ids=False)
+    session_ids = response_ids(history)
+    assert all(str(call_id).startswith("adk-") for call_id in session_ids)
+    sent = model.contents[RELOAD_TURN]
+    assert response_ids(sent) == [None, None, None]  # stripped by ADK
+    assert_stub_of(results(sent)[0]["result"], vault, SCOPE, str(session_ids[0]))
+    assert [r["result"] for r in results(sent)[1:]] == [page(2), page(3)]
+    assert [r["result"] for r in results(history)[:3]] == [page(n) for n in PAGES]
+    assert reloaded_page_one(json.dumps(results(model.contents[RELOAD_TURN + 1])[3], ensure_ascii=False))
+    assert ws.stats.restored == 1
+    assert [m.get("tool_call_id") for m in ws.seen[RELOAD_TURN] if m["role"] == "tool"] == session_ids[:3]
 
 
 def test_the_guard_callback_after_it_checks_what_it_sends(vault: Vault) -> None:

@@ -31,7 +31,9 @@ from tests.integrations.working_set import (
     cleared,
     page,
     pages_box,
+    parsed,
     reloaded_page_one,
+    rendered,
     working_set,
 )
 
@@ -109,6 +111,9 @@ def test_older_stored_results_reach_the_model_as_stubs_and_the_state_keeps_them(
     assert reloaded_page_one("\n".join(block["text"] for block in reload if block["type"] == "text"))
     assert artifact_id in json.dumps(reload)
     assert ws.stats.restored == 1
+    # What the working set read: the history as chat messages, every request, nothing dropped.
+    assert parsed(ws.seen[RELOAD_TURN]) == rendered(SYSTEM, "What happened?", len(PAGES))
+    assert len(ws.seen) == RELOAD_TURN + 2
 
 
 def test_the_guard_callback_sees_what_the_working_set_sends(vault: Vault) -> None:

@@ -24,7 +24,9 @@ from tests.integrations.working_set import (
     cleared,
     page,
     pages_box,
+    parsed,
     reloaded_page_one,
+    rendered,
     working_set,
 )
 
@@ -108,6 +110,9 @@ def test_older_stored_outputs_reach_the_model_as_stubs_and_the_run_keeps_them(va
     assert reloaded_page_one(text_of(output_of(model.inputs[RELOAD_TURN + 1], f"call_{RELOAD_TURN}")))
     assert artifact_id in json.dumps(output_of(history, f"call_{RELOAD_TURN}"))
     assert ws.stats.restored == 1
+    # What the working set read: the history as chat messages, every request, nothing dropped.
+    assert parsed(ws.seen[RELOAD_TURN]) == rendered(INSTRUCTIONS, "What happened?", len(PAGES))
+    assert len(ws.seen) == RELOAD_TURN + 2
 
 
 def test_the_guard_checks_what_the_working_set_sends(vault: Vault) -> None:

@@ -22,7 +22,9 @@ from tests.integrations.working_set import (
     cleared,
     page,
     pages_box,
+    parsed,
     reloaded_page_one,
+    rendered,
     working_set,
 )
 
@@ -104,6 +106,9 @@ def test_older_stored_returns_reach_the_model_as_stubs_and_the_run_keeps_them(va
     assert reloaded_page_one(json.dumps(reload, ensure_ascii=False).replace("\\n", "\n"))
     assert artifact_id in json.dumps(reload)
     assert ws.stats.restored == 1
+    # What the working set read: the history as chat messages, every request, nothing dropped.
+    assert parsed(ws.seen[RELOAD_TURN]) == rendered(INSTRUCTIONS, "What happened?", len(PAGES))
+    assert len(ws.seen) == RELOAD_TURN + 2
 
 
 def test_the_guard_checks_what_the_working_set_sends(vault: Vault) -> None:

@@ -12,7 +12,9 @@ call id the framework gave; the working set's budget (``BUDGET`` tokens) holds t
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from refvault import Scope, Toolbox, Vault, WorkingSet
@@ -39,8 +41,42 @@ def pages_box(vault: Vault) -> Toolbox:
     return box
 
 
-def working_set(vault: Vault, scope: Scope) -> WorkingSet:
-    return WorkingSet(vault, scope, model_context_tokens=MODEL_CONTEXT_TOKENS, keep_recent=2)
+class RecordingWorkingSet(WorkingSet):
+    """The real WorkingSet, keeping a copy of every history a hook rendered for it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[list[dict[str, Any]]] = []
+
+    def replacements(self, messages: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+        self.seen.append(copy.deepcopy([dict(m) for m in messages]))
+        return super().replacements(messages)
+
+
+def working_set(vault: Vault, scope: Scope) -> RecordingWorkingSet:
+    return RecordingWorkingSet(vault, scope, model_context_tokens=MODEL_CONTEXT_TOKENS, keep_recent=2)
+
+
+def rendered(system: str | None, prompt: str, calls: int) -> list[dict[str, Any]]:
+    """The chat messages a hook renders for the history after ``calls`` fetches (arguments parsed: see
+    :func:`parsed`): the system message, the prompt, then per page the assistant's call and the page."""
+    chat: list[dict[str, Any]] = [{"role": "system", "content": system}] if system is not None else []
+    chat.append({"role": "user", "content": prompt})
+    for turn in range(calls):
+        function = {"name": "fetch", "arguments": {"n": PAGES[turn]}}
+        call = {"id": f"call_{turn}", "type": "function", "function": function}
+        chat.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        chat.append({"role": "tool", "tool_call_id": f"call_{turn}", "content": page(PAGES[turn])})
+    return chat
+
+
+def parsed(chat: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``chat`` with each tool call's JSON arguments parsed (frameworks space their JSON differently)."""
+    out = copy.deepcopy(chat)
+    for message in out:
+        for call in message.get("tool_calls") or ():
+            call["function"]["arguments"] = json.loads(call["function"]["arguments"])
+    return out
 
 
 def cleared(content: Any) -> dict[str, Any] | None:

@@ -24,8 +24,10 @@ Invariants every hook keeps (each adapter's tests check them on the exact messag
 * **Deterministic.** The same history gives the same rendering, so the same stubs (the working set is
   deterministic for the same input).
 
-A tool result without an id (ADK's client-side ids are stripped from requests) gets a positional id
-``_rv_<n>`` that no framework generates, so every result in the rendering has one id, unique in it.
+A tool call or result without an id (one a hook could not recover) gets a positional id (``_rv_call_<n>``,
+``_rv_<n>``) that no framework generates, so every call and result in the rendering has an id; such a result
+is never found stored under it, so it is never cleared (unless it is a refvault observation naming its
+artifacts).
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ class ChatHistory:
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
         self._anonymous = 0
+        self._anonymous_calls = 0
 
     def add(self, role: str, content: str | None) -> None:
         """A system, user or assistant message of text."""
@@ -107,8 +110,11 @@ class ChatHistory:
 
     def tool_call(self, call_id: str | None, name: str, arguments: Any) -> None:
         """An assistant tool call; joins the assistant message before it unless a tool result came between."""
+        if not call_id:
+            self._anonymous_calls += 1
+            call_id = f"_rv_call_{self._anonymous_calls}"
         call = {
-            "id": call_id or "",
+            "id": call_id,
             "type": "function",
             "function": {"name": name, "arguments": json_text(arguments if arguments is not None else {})},
         }

@@ -223,8 +223,11 @@ def working_set_filter(ws: ReplacementSource, *, inner: CallModelInputFilter | N
     (naming the artifact id; the model reads it back with ``read_artifact`` or ``load_artifacts``).
     Invariants: the same items in the same order, every other item the very object the SDK passed, the
     instructions unchanged; the SDK's own items are never edited, so the run's history keeps every full
-    output. ``inner`` is a filter of your own that runs first. To guard what the model is sent, give this
-    filter as the guard's ``inner``: ``guard_model_input(box.guard, inner=working_set_filter(ws))``.
+    output. With a server-managed conversation (``previous_response_id``, ``conversation_id``) the input
+    holds only items the server has not seen, which the working set never clears (a result is cleared only
+    after the model has seen it). ``inner`` is a filter of your own that runs first. To guard what the
+    model is sent, give this filter as the guard's ``inner``:
+    ``guard_model_input(box.guard, inner=working_set_filter(ws))``.
     """
     working_set = check_working_set(ws)
 

@@ -64,7 +64,8 @@ def working_set_callback(ws: ReplacementSource) -> Callable[[CallbackContext, Ll
         config = llm_request.config
         if config is not None and config.system_instruction is not None:
             history.add("system", _instruction_text(config.system_instruction))
-        keys = [_chat_content(history, content) for content in llm_request.contents]
+        session_ids = _session_ids(callback_context) if _ids_missing(llm_request) else {}
+        keys = [_chat_content(history, content, session_ids) for content in llm_request.contents]
         stubs = await asyncio.to_thread(history.replacements, working_set)
         if stubs:
             llm_request.contents = [
@@ -87,20 +88,56 @@ def _instruction_text(instruction: Any) -> str:
     return json_text(instruction)
 
 
-def _chat_content(history: ChatHistory, content: types.Content) -> dict[int, str]:
+def _ids_missing(llm_request: LlmRequest) -> bool:
+    return any(
+        (part.function_response is not None and not part.function_response.id)
+        or (part.function_call is not None and not part.function_call.id)
+        for content in llm_request.contents
+        for part in content.parts or ()
+    )
+
+
+def _session_ids(callback_context: CallbackContext) -> dict[int, str]:
+    """The id of each function call and response in the session's events, by the identity of its payload.
+
+    For a model that does not pair calls and results by id (Gemini's), ADK strips the ids it made itself
+    (``adk-…``) from the request's copies; the ``args`` and ``response`` dicts are shared with the events,
+    so the id a tool was called with (the one its result was stored under) is found again by identity.
+    Read only when some call or response of the request has no id.
+    """
+    session = getattr(callback_context, "session", None)
+    found: dict[int, str] = {}
+    for event in getattr(session, "events", None) or ():
+        for part in (event.content.parts if event.content is not None else None) or ():
+            response, call = part.function_response, part.function_call
+            if response is not None and response.id and response.response is not None:
+                found[id(response.response)] = response.id
+            if call is not None and call.id and call.args is not None:
+                found[id(call.args)] = call.id
+    return found
+
+
+def _known_id(given: str | None, payload: object, session_ids: dict[int, str]) -> str | None:
+    """``given``, or when ADK stripped it, the id the same payload has in the session's events."""
+    return given or (session_ids.get(id(payload)) if payload is not None else None)
+
+
+def _chat_content(history: ChatHistory, content: types.Content, session_ids: dict[int, str]) -> dict[int, str]:
     """Render one content into ``history``; the ids its function responses have there, by part index."""
     ids: dict[int, str] = {}
     role = "assistant" if content.role == "model" else "user"
     text: list[str] = []
     for index, part in enumerate(content.parts or []):
         if part.function_response is not None:
-            ids[index] = history.tool_result(part.function_response.id, _response_text(part.function_response))
+            response = part.function_response
+            call_id = _known_id(response.id, response.response, session_ids)
+            ids[index] = history.tool_result(call_id, _response_text(response))
         elif part.function_call is not None:
             if text:
                 history.add(role, "\n".join(text))
                 text = []
             call = part.function_call
-            history.tool_call(call.id, call.name or "", call.args or {})
+            history.tool_call(_known_id(call.id, call.args, session_ids), call.name or "", call.args or {})
         elif part.text is not None:
             text.append(part.text)
         else:
