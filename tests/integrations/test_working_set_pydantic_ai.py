@@ -3,13 +3,15 @@ scripted ``FunctionModel`` that records the exact messages of every request (the
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from refvault import Scope, Vault
 from refvault.errors import InvalidArgument
@@ -109,6 +111,39 @@ def test_older_stored_returns_reach_the_model_as_stubs_and_the_run_keeps_them(va
     # What the working set read: the history as chat messages, every request, nothing dropped.
     assert parsed(ws.seen[RELOAD_TURN]) == rendered(INSTRUCTIONS, "What happened?", len(PAGES))
     assert len(ws.seen) == RELOAD_TURN + 2
+
+
+def test_streamed_runs_get_the_same_stubs(vault: Vault) -> None:
+    recorder = Recorder()
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        [part] = recorder(messages, info).parts
+        if isinstance(part, ToolCallPart):
+            yield {0: DeltaToolCall(part.tool_name, part.args_as_json_str(), tool_call_id=part.tool_call_id)}
+        else:
+            assert isinstance(part, TextPart)
+            yield part.content
+
+    ws = working_set(vault, SCOPE)
+    agent = Agent(
+        FunctionModel(stream_function=stream),
+        instructions=INSTRUCTIONS,
+        toolsets=[toolset(pages_box(vault), scope=SCOPE)],
+        capabilities=[working_set_capability(ws)],
+    )
+
+    async def main() -> list[dict[str, Any]]:
+        async with agent.run_stream("What happened?") as result:
+            assert await result.get_output() == "done"
+        return dumped(result.all_messages())
+
+    history = asyncio.run(main())
+    sent = recorder.requests[RELOAD_TURN]
+    assert_stub_of(tool_return(sent, "call_0")[2]["content"], vault, SCOPE, "call_0")
+    assert [tool_return(sent, f"call_{n}")[2]["content"] for n in (1, 2)] == [page(2), page(3)]
+    assert [tool_return(history, f"call_{n}")[2]["content"] for n in (0, 1, 2)] == [page(n) for n in PAGES]
+    assert reloaded_page_one(json.dumps(tool_return(recorder.requests[RELOAD_TURN + 1], "call_3")[2]["content"]))
+    assert len(ws.seen) == len(recorder.requests)  # once per request
 
 
 def test_the_guard_checks_what_the_working_set_sends(vault: Vault) -> None:

@@ -396,9 +396,9 @@ class WorkingSetCapability(AbstractCapability[Any]):
     new ``ModelRequest`` messages whose ``ToolReturnPart`` (or ``RetryPromptPart``) content is the stub
     naming the artifact id. Invariants: the same messages and parts in the same order, every unchanged
     message the very object of the run's history; nothing in the run's history (``ctx.messages``,
-    ``result.all_messages()``) is edited, so it keeps every full return. (Pydantic AI's ``ProcessHistory``
-    capability, the successor of ``history_processors``, writes what it returns back into the run's
-    history; this capability does not.) Put it before :class:`GuardedModel`'s wrapped model: the guard
+    ``result.all_messages()``) is edited, so it keeps every full return. (A history processor, which this
+    Pydantic AI runs as the ``ProcessHistory`` capability, writes what it returns back into the run's
+    history: that is why the working set is a capability of its own.) Put it before :class:`GuardedModel`'s wrapped model: the guard
     checks the trimmed request the model gets.
     """
 
