@@ -398,8 +398,8 @@ class WorkingSetCapability(AbstractCapability[Any]):
     message the very object of the run's history; nothing in the run's history (``ctx.messages``,
     ``result.all_messages()``) is edited, so it keeps every full return. (A history processor, which this
     Pydantic AI runs as the ``ProcessHistory`` capability, writes what it returns back into the run's
-    history: that is why the working set is a capability of its own.) Put it before :class:`GuardedModel`'s wrapped model: the guard
-    checks the trimmed request the model gets.
+    history: that is why the working set is a capability of its own.) Capabilities run before the model,
+    so a :class:`GuardedModel` checks the trimmed request, exactly what its wrapped model gets.
     """
 
     def __init__(self, ws: ReplacementSource) -> None:
