@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from refvault.errors import ContextLeak, InvalidArgument
 
 if TYPE_CHECKING:
+    from refvault.context import WorkingSet
     from refvault.model import Scope
     from refvault.toolbox import Toolbox
 
@@ -224,6 +225,8 @@ class ScriptedRun:
     """An agent run over ``box`` in ``scope`` whose model decisions are given turn by turn.
 
     ``guard`` checks every request (default ``box.guard``; None: no check, recorded as sent).
+    ``working_set`` (a :class:`~refvault.context.WorkingSet`) rewrites each request before the guard sees
+    it, clearing old results the vault holds; :attr:`messages` keeps the originals.
     """
 
     def __init__(
@@ -235,8 +238,10 @@ class ScriptedRun:
         system: str | None = None,
         model: str = "scripted",
         guard: Any = _DEFAULT,
+        working_set: WorkingSet | None = None,
     ) -> None:
         self.box = box
+        self.working_set = working_set
         self.scope = scope
         self.run_id = run_id
         self.model = model
@@ -259,7 +264,8 @@ class ScriptedRun:
     def request(self) -> dict[str, Any]:
         """The request the next turn would send: a JSON copy of the history and the tool definitions."""
         tools = [*self.box.schemas("openai"), *(t for a in self._attached.values() for t in a.tools)]
-        copied: dict[str, Any] = _json_copy({"model": self.model, "messages": self.messages, "tools": tools})
+        messages = self.messages if self.working_set is None else self.working_set.apply(self.messages)
+        copied: dict[str, Any] = _json_copy({"model": self.model, "messages": messages, "tools": tools})
         return copied
 
     async def turn(self, decide: Decision) -> Turn:

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from refvault import Vault, evidence
 from refvault.errors import InvalidArgument, NotFound
-from refvault.evaluation import EvalReport, eval_command, run_eval
+from refvault.evaluation import EvalReport, eval_command, long_run, run_eval
 from refvault.evaluation.world import Canaries
 from refvault.guard import LeakGuard
 
@@ -58,6 +58,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
     },
 }
 KNOWN_FAILURES: list[tuple[str, str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _short_long_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The battery's tests run a short long run (tests/evaluation/test_long_run.py runs the whole one)."""
+    monkeypatch.setattr(long_run, "CALLS", 30)
 
 
 def _scaled(expected: Any, factor: int) -> Any:
@@ -125,7 +131,11 @@ def test_cli_json_document_and_exit_code_zero() -> None:
     assert {a["trial"] for a in document["attempts"]} == {0, 1}
     assert set(document["attempts"][0]) >= {"property", "kind", "name", "trial", "ok", "outcome", "disclosed"}
     figures = document["figures"]
-    assert set(figures) == {"latency_ms", "tokens_returned", "records_scanned", "bytes"}
+    assert set(figures) == {"latency_ms", "tokens_returned", "records_scanned", "bytes", "working_set"}
+    context = figures["working_set"]
+    assert context["calls"] == 30
+    assert context["with"]["peak_request_tokens"] < context["without"]["peak_request_tokens"]
+    assert context["with"]["reloads_lossless"] == context["with"]["reloads"]
     latency = figures["latency_ms"]
     assert latency["all"]["calls"] == sum(spread["calls"] for op, spread in latency.items() if op != "all")
     assert {"query", "window", "grep", "read_bytes", "tool load_artifacts"} <= set(latency)

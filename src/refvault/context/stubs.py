@@ -8,7 +8,8 @@ A tool result can be cleared losslessly only if the vault can give it back. Two 
   ``load_artifacts`` or a read tool brings the result back;
 * **observed**: the content is a refvault observation naming artifacts the caller can describe in
   the scope (an offloaded preview, an ``{"artifact": ...}`` summary, a read tool's answer, a
-  ``load_artifacts`` answer): the same read brings it back.
+  ``load_artifacts`` answer, or an MCP ``CallToolResult`` from the gateway made only of
+  ``resource_link`` blocks and offloaded previews): the same read brings it back.
 
 Anything else (a result held nowhere, an id the scope cannot describe) is never cleared.
 
@@ -23,13 +24,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from refvault.errors import RefvaultError
 from refvault.ids import is_artifact_id
-from refvault.model import Descriptor, Scope
+from refvault.model import Descriptor
 
 __all__ = ["RECOVERING", "Subject", "message_text", "named_ids", "stub", "subject_of"]
 
@@ -99,6 +99,8 @@ def _observed(content: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
         value = json.loads(text) if text.startswith("{") else None
     except ValueError:
         value = None
+    if isinstance(value, Mapping) and isinstance(value.get("content"), list):  # an MCP CallToolResult
+        return _mcp_result(value), {}
     if isinstance(value, Mapping):
         inner = value.get("offloaded") or value.get("artifact")
         if isinstance(inner, Mapping) and is_artifact_id(inner.get("artifact_id")):
@@ -115,6 +117,48 @@ def _observed(content: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     return tuple(dict.fromkeys(i for i in ids if is_artifact_id(i))), coverage
 
 
+def _mcp_result(result: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ids an MCP ``CallToolResult`` (as the gateway projects it) consists of, or ``()`` if any of it is held
+    nowhere else: every block must be a ``resource_link`` to an artifact or a text block holding an offloaded
+    preview, and ``structuredContent`` (if any) an offloaded one."""
+    ids: list[str] = []
+    for block in result["content"]:
+        if not isinstance(block, Mapping):
+            return ()
+        meta = block.get("_meta")
+        if (
+            block.get("type") == "resource_link"
+            and isinstance(meta, Mapping)
+            and is_artifact_id(meta.get("artifact_id"))
+        ):
+            ids.append(meta["artifact_id"])
+            continue
+        text = block.get("text") if block.get("type") == "text" else None
+        named = _offloaded_id(text)
+        if named is None:
+            return ()
+        ids.append(named)
+    structured = result.get("structuredContent")
+    if structured is not None:
+        named = _offloaded_id(structured)
+        if named is None:
+            return ()
+        ids.append(named)
+    return tuple(dict.fromkeys(ids))
+
+
+def _offloaded_id(value: Any) -> str | None:
+    """The id an offloaded observation (``{"offloaded": {"artifact_id": ...}}``, or its JSON text) names."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    inner = value.get("offloaded") if isinstance(value, Mapping) else None
+    named = inner.get("artifact_id") if isinstance(inner, Mapping) else None
+    return named if is_artifact_id(named) else None
+
+
 def _plain(value: Any) -> bool:
     """Numbers, short unit names and lists of numbers: what a coverage may repeat (never content)."""
     if isinstance(value, bool) or value is None:
@@ -127,38 +171,34 @@ def _plain(value: Any) -> bool:
 
 
 def subject_of(
-    vault: Any,
-    scope: Scope,
     message: Mapping[str, Any],
-    stored: Mapping[str, tuple[Descriptor, ...]],
-    *,
-    purpose: str,
-    recipient: str,
+    stored: Sequence[Descriptor],
+    describe: Callable[[str], Descriptor | None],
 ) -> Subject | None:
     """What ``message`` (a tool message) stands for in the vault, or None if clearing it would lose it.
 
-    ``stored`` maps a ``tool_call_id`` to the artifacts captured under it in ``scope``.
+    ``stored`` are the artifacts captured under the message's ``tool_call_id`` in the scope (as the
+    caller may describe them); ``describe`` gives an id's descriptor as the caller may see it, or None.
     """
-    call = message.get("tool_call_id")
-    if isinstance(call, str) and stored.get(call):
-        found = stored[call]
-        if any(d.disclosure != "model" for d in found):
-            return None  # the model could not load it back: what it saw would be lost
-        return Subject("stored", tuple(d.artifact_id for d in found), found, {})
+    if stored and all(d.disclosure == "model" for d in stored):  # else the model could not load back what it saw
+        return Subject("stored", tuple(d.artifact_id for d in stored), tuple(stored), {})
     ids, coverage = _observed(message.get("content"))
     if not ids:
         return None
     descriptors = []
     for artifact_id in ids:
-        try:
-            descriptors.append(vault.describe(scope, artifact_id, purpose=purpose, recipient=recipient))
-        except RefvaultError:
+        descriptor = describe(artifact_id)
+        if descriptor is None:
             return None  # not readable here: what the message holds may be held nowhere else
+        descriptors.append(descriptor)
     return Subject("observed", ids, tuple(descriptors), coverage)
 
 
-def stub(subject: Subject, *, tool: str | None, arguments: Any, tokens: int) -> str:
-    """The compact text that replaces a cleared tool message (see the module's invariants)."""
+def stub(subject: Subject, *, tool: str | None, arguments: Any, tokens: int, brief: bool = False) -> str:
+    """The compact text that replaces a cleared tool message (see the module's invariants).
+
+    ``brief``: only the ids and the restoring call (for when even full stubs do not fit the budget).
+    """
     artifacts = [_what(d) for d in subject.descriptors]
     ids = list(subject.ids)
     restore: dict[str, Any]
@@ -168,12 +208,13 @@ def stub(subject: Subject, *, tool: str | None, arguments: Any, tokens: int) -> 
         restore = {"note": "sealed: usable by reference only (pass the id to a tool that takes a Ref)"}
     else:
         restore = {"tool": "load_artifacts", "arguments": {"artifact_ids": ids}}
-        restore["or"] = "read_artifact / query_artifact with the id, to read part of it"
+    if brief:
+        return json.dumps({"cleared": {"ids": ids, "restore": restore}}, separators=(",", ":"), sort_keys=True)
     body: dict[str, Any] = {
-        "note": "this tool result was cleared from the context to save space; nothing is lost",
+        "note": "cleared to save context; nothing is lost",
         "tool": tool,
         "artifacts": artifacts,
-        "covered": dict(subject.coverage) if subject.coverage else "the whole result",
+        "covered": dict(subject.coverage) if subject.coverage else "whole result",
         "tokens": tokens,
         "restore": restore,
     }
@@ -181,13 +222,12 @@ def stub(subject: Subject, *, tool: str | None, arguments: Any, tokens: int) -> 
 
 
 def _what(descriptor: Descriptor) -> dict[str, Any]:
-    coverage = descriptor.completeness.get("status") if isinstance(descriptor.completeness, Mapping) else None
     return {
         "artifact_id": descriptor.artifact_id,
         "media_type": descriptor.media_type,
         "size": descriptor.size,
         "disclosure": descriptor.disclosure,
-        "capture": coverage,
+        "capture": descriptor.completeness.get("status"),
     }
 
 

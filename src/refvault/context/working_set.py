@@ -13,14 +13,16 @@ compact stubs (:mod:`refvault.context.stubs`). Invariants (tested in ``tests/con
   some ``role == "tool"`` messages changes (:meth:`WorkingSet.replacements` returns exactly those
   changes). The input is never mutated.
 * **Within budget** whenever the messages that cannot be cleared (non-tool messages, unseen and
-  unstored results, stubs) fit: results are cleared oldest first, then the ``keep_recent`` most
-  recent ones, then pinned ones, until the request fits; a request still over is reported
-  (``stats.over_budget``), never truncated.
-* **Thrash guard.** A result the model brought back (a ``load_artifacts`` / ``read_artifact`` /
-  ``query_artifact`` call naming an id cleared in an earlier request) is pinned for ``pin_turns``
-  assistant turns; an id brought back ``thrash_reloads`` times within ``thrash_turns`` turns is
-  reported once (a ``ToolEvent`` of kind ``"context_thrash"`` and ``stats.thrash``) and pinned for
-  the rest of the run. Pins yield only to the budget.
+  unstored results) and brief stubs fit: results are cleared oldest first, then the ``keep_recent``
+  most recent ones, then pinned ones, until the request fits; if even that is over, the oldest
+  stubs shrink to their ids and restoring call (a few dozen tokens each). A request still over is
+  reported (``stats.over_budget``), never truncated.
+* **Thrash guard.** A result the model brought back (the answer to a ``load_artifacts`` /
+  ``read_artifact`` / ``query_artifact`` call naming an id cleared in an earlier request) is pinned
+  for ``pin_turns`` assistant turns; an id brought back ``thrash_reloads`` times within
+  ``thrash_turns`` turns is reported once (a ``ToolEvent`` of kind ``"context_thrash"`` and
+  ``stats.thrash``) and every answer bringing it back is pinned for the rest of the run (the
+  original result stays cleared: the answer holds what it held). Pins yield only to the budget.
 * **Deterministic.** The same sequence of requests gives the same outputs; stubs carry no
   timestamps, and no byte of any artifact (so none of a sealed or policy-denied one).
 """
@@ -34,11 +36,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from refvault.context.stubs import RECOVERING, Subject, message_text, named_ids, stub, subject_of
-from refvault.errors import InvalidArgument
+from refvault.errors import InvalidArgument, RefvaultError
 from refvault.model import Descriptor, Scope
 from refvault.policy import check_purpose
 from refvault.read.previews.tokens import estimate_tokens
 from refvault.toolbox.taint import model_recipient
+from refvault.toolbox.toolbox import Toolbox
 from refvault.toolbox.values import ToolEvent
 
 __all__ = ["WorkingSet", "WorkingSetStats"]
@@ -46,6 +49,7 @@ __all__ = ["WorkingSet", "WorkingSetStats"]
 MESSAGE_OVERHEAD = 4  # tokens a chat message costs beyond its text (role, separators)
 IMAGE_TOKENS = 1_000  # what an image part is counted as
 MAX_CONTEXT_TOKENS = 100_000_000
+COUNTED = 4096  # message texts whose token counts are remembered
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +107,7 @@ class _Run:
     cleared: set[str] = field(default_factory=set)  # ids stubbed in some earlier request
     handled: set[str] = field(default_factory=set)  # tool_call_ids already examined as possible reloads
     reloads: dict[str, list[int]] = field(default_factory=dict)  # id -> turns that brought it back
+    reload_calls: dict[str, tuple[str, int]] = field(default_factory=dict)  # call -> (id, turn) it brought back
     thrash: dict[str, None] = field(default_factory=dict)  # ids reported, in order
     restored: int = 0
     requests: int = 0
@@ -118,7 +123,12 @@ class WorkingSet:
     ``model`` and ``purpose`` are those the Toolbox reads with (whose policy decides what a stub may
     describe). ``count_tokens`` replaces the built-in estimate (:func:`refvault.read.estimate_tokens`).
     ``on_event`` receives each :class:`~refvault.ToolEvent` the thrash guard emits (``events`` keeps
-    them too). Use one WorkingSet per run; it is safe to call from several threads.
+    them too). ``toolbox`` and ``run_id``: the Toolbox and run whose calls the messages record; the
+    working set then learns what each call captured from the run's trajectory instead of listing the
+    scope. Use one WorkingSet per run; it is safe to call from several threads.
+
+    What it learns is remembered for the run (which artifacts each call captured, what each id is):
+    an artifact deleted during the run may still be named by a later stub.
     """
 
     def __init__(
@@ -136,6 +146,7 @@ class WorkingSet:
         purpose: str = "default",
         count_tokens: Callable[[str], int] | None = None,
         on_event: Callable[[ToolEvent], None] | None = None,
+        toolbox: Toolbox | None = None,
         run_id: str | None = None,
     ) -> None:
         if not isinstance(scope, Scope):
@@ -166,13 +177,18 @@ class WorkingSet:
         self.purpose = purpose
         self.recipient = model_recipient(model)
         self.run_id = run_id
+        self.toolbox = toolbox
         self._count = count_tokens or estimate_tokens
         self._on_event = on_event
         self._lock = threading.Lock()
         self._run = _Run()
         self._events: list[ToolEvent] = []
         self._stats = WorkingSetStats(budget=self.budget)
-        self._stored: dict[str, tuple[Descriptor, ...]] = {}  # tool_call_id -> artifacts captured under it
+        self._captured: dict[str, tuple[str, ...]] = {}  # tool_call_id -> ids of the artifacts captured under it
+        self._described: dict[str, Descriptor | None] = {}  # id -> its descriptor for the model (None: refused)
+        self._subjects: dict[tuple[str, str], Subject | None] = {}
+        self._stubs: dict[tuple[str, str, str | None, int], str] = {}  # stub texts made (the same each time)
+        self._counted: dict[str, int] = {}  # text -> its tokens (the newest COUNTED texts)
 
     @property
     def stats(self) -> WorkingSetStats:
@@ -184,6 +200,11 @@ class WorkingSet:
         """The thrash events reported so far, in order."""
         with self._lock:
             return list(self._events)
+
+    def tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """The estimated tokens of ``messages`` as a request, counted as the working set counts them."""
+        with self._lock:
+            return sum(self._tokens(m) for m in messages)
 
     def apply(self, messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """``messages`` as the model should receive them: the same list, old stored results as stubs."""
@@ -214,26 +235,56 @@ class WorkingSet:
         before = sum(costs)
         total = before
         pinned = self._pinned(turns)
-        candidates = self._candidates(messages, calls, pinned)
         changes: dict[str, str] = {}
-        for index, subject in candidates:
+        cleared: list[tuple[int, Subject]] = []
+        listed = False
+        for index in self._candidates(messages, pinned):
             if total <= self.budget:
                 break
             message = messages[index]
             call_id = str(message["tool_call_id"])
+            if call_id not in self._captured and not listed:
+                self._learn_captured(messages)  # once per request at most
+                listed = True
+            subject = self._subject(call_id, message)
+            if subject is None:
+                continue
             call = calls.get(call_id)
-            text = stub(
-                subject,
-                tool=call.tool if call else None,
-                arguments=call.arguments if call else None,
-                tokens=costs[index],
-            )
-            cost = self._count(text) + MESSAGE_OVERHEAD
+            key = (call_id, message_text(message.get("content")), call.tool if call else None, costs[index])
+            text = self._stubs.get(key)
+            if text is None:
+                text = stub(
+                    subject,
+                    tool=call.tool if call else None,
+                    arguments=call.arguments if call else None,
+                    tokens=costs[index],
+                )
+                self._stubs[key] = text
+                if len(self._stubs) > COUNTED:
+                    del self._stubs[next(iter(self._stubs))]
+            cost = self._tokens({"content": text})
             if cost >= costs[index]:
                 continue  # the stub would not save anything
             total += cost - costs[index]
             changes[call_id] = text
+            cleared.append((index, subject))
             self._run.cleared.update(subject.ids)
+        for index, subject in cleared:  # still over: the oldest stubs shrink to their ids and restoring call
+            if total <= self.budget:
+                break
+            call_id = str(messages[index]["tool_call_id"])
+            call = calls.get(call_id)
+            brief = stub(
+                subject,
+                tool=call.tool if call else None,
+                arguments=call.arguments if call else None,
+                tokens=costs[index],
+                brief=True,
+            )
+            saved = self._tokens({"content": changes[call_id]}) - self._tokens({"content": brief})
+            if saved > 0:
+                total -= saved
+                changes[call_id] = brief
         run = self._run
         run.requests += 1
         run.peak = max(run.peak, total)
@@ -249,58 +300,77 @@ class WorkingSet:
             total_tokens_after=run.total,
             restored=run.restored,
             thrash=tuple(run.thrash),
-            pinned=tuple(sorted(pinned)),
+            pinned=tuple(sorted(set(pinned.values()))),
         )
         return changes
 
-    def _candidates(
-        self, messages: Sequence[Mapping[str, Any]], calls: Mapping[str, _Call], pinned: set[str]
-    ) -> list[tuple[int, Subject]]:
-        """Clearable tool results in the order they are cleared: old, then recent, then pinned (oldest first)."""
+    def _candidates(self, messages: Sequence[Mapping[str, Any]], pinned: Mapping[str, str]) -> list[int]:
+        """Tool results that may be cleared, in the order they are: old, then recent, then pinned (oldest first).
+
+        Not a candidate: a result the model has not seen yet, one without a ``tool_call_id``, or one whose
+        ``tool_call_id`` is given twice (its stub would replace both).
+        """
         last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
         tools = [i for i, m in enumerate(messages) if m.get("role") == "tool"]
+        named = [m.get("tool_call_id") for m in messages if m.get("role") == "tool"]
+        twice = {c for c in named if named.count(c) > 1} if len(set(named)) < len(named) else set()
         recent = set(tools[-self.keep_recent :]) if self.keep_recent else set()
-        self._refresh_stored(messages)
-        seen_calls: set[str] = set()
-        tiers: tuple[list[tuple[int, Subject]], ...] = ([], [], [])
+        tiers: tuple[list[int], list[int], list[int]] = ([], [], [])
         for index in tools:
-            message = messages[index]
-            call_id = message.get("tool_call_id")
-            if index > last_assistant or not isinstance(call_id, str) or call_id in seen_calls:
-                continue  # unseen, unnamed, or a tool_call_id given twice (one stub per id would change both)
-            seen_calls.add(call_id)
-            subject = subject_of(
-                self.vault,
-                self.scope,
-                message,
-                self._stored,
-                purpose=self.purpose,
-                recipient=self.recipient,
-            )
-            if subject is None:
+            call_id = messages[index].get("tool_call_id")
+            if index > last_assistant or not isinstance(call_id, str) or call_id in twice:
                 continue
-            if pinned.intersection(subject.ids):
-                tiers[2].append((index, subject))
-            elif index in recent:
-                tiers[1].append((index, subject))
-            else:
-                tiers[0].append((index, subject))
-        duplicated = {c for c in seen_calls if sum(1 for i in tools if messages[i].get("tool_call_id") == c) > 1}
-        return [entry for tier in tiers for entry in tier if messages[entry[0]].get("tool_call_id") not in duplicated]
+            tiers[2 if call_id in pinned else 1 if index in recent else 0].append(index)
+        return [index for tier in tiers for index in tier]
 
-    def _refresh_stored(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Learn which artifacts the scope holds under the tool_call_ids seen (listing only when one is new)."""
-        wanted = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
-        if all(not isinstance(c, str) or c in self._stored for c in wanted):
+    def _subject(self, call_id: str, message: Mapping[str, Any]) -> Subject | None:
+        """What the message stands for (remembered per call and content: a later request asks again)."""
+        key = (call_id, message_text(message.get("content")))
+        if key not in self._subjects:
+            stored = [d for d in map(self._describe, self._captured.get(call_id, ())) if d is not None]
+            if len(stored) < len(self._captured.get(call_id, ())):
+                stored = []  # one of them cannot be described: not restorable as a whole
+            self._subjects[key] = subject_of(message, stored, self._describe)
+            if len(self._subjects) > COUNTED:
+                del self._subjects[next(iter(self._subjects))]
+        return self._subjects[key]
+
+    def _describe(self, artifact_id: str) -> Descriptor | None:
+        """The artifact as the model may see it, or None (remembered for the run)."""
+        if artifact_id not in self._described:
+            try:
+                found: Descriptor | None = self.vault.describe(
+                    self.scope, artifact_id, purpose=self.purpose, recipient=self.recipient
+                )
+            except RefvaultError:
+                found = None
+            self._described[artifact_id] = found
+        return self._described[artifact_id]
+
+    def _learn_captured(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Which artifacts the scope holds under each tool_call_id: from the Toolbox's trajectory of ``run_id``
+        when given, else one listing of the scope (whose descriptors are then remembered too)."""
+        if self.toolbox is not None:
+            for event in self.toolbox.trajectory(self.run_id):
+                if event.kind == "tool_finished" and event.tool_call_id is not None and event.artifacts:
+                    self._captured[event.tool_call_id] = tuple(event.artifacts)
+            self._none_for(messages)
             return
-        found: dict[str, list[Descriptor]] = {}
+        found: dict[str, list[str]] = {}
         for descriptor in self.vault.list(self.scope, purpose=self.purpose, recipient=self.recipient):
+            self._described[descriptor.artifact_id] = descriptor
             if descriptor.tool_call_id is not None:
-                found.setdefault(descriptor.tool_call_id, []).append(descriptor)
-        for call_id in wanted:
-            if isinstance(call_id, str):
-                # oldest first, so a stub lists a call's artifacts in the order they were captured
-                self._stored[call_id] = tuple(reversed(found.get(call_id, [])))
+                found.setdefault(descriptor.tool_call_id, []).append(descriptor.artifact_id)
+        for call_id, ids in found.items():
+            self._captured[call_id] = tuple(reversed(ids))  # oldest first: the order they were captured
+        self._none_for(messages)
+
+    def _none_for(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """The calls in ``messages`` that captured nothing: known now, so they are not looked up again."""
+        for message in messages:
+            call_id = message.get("tool_call_id")
+            if message.get("role") == "tool" and isinstance(call_id, str):
+                self._captured.setdefault(call_id, ())
 
     def _note_reloads(self, calls: Mapping[str, _Call], turns: int) -> None:
         """Count the new assistant calls that bring back a cleared id; report and pin thrashing ones."""
@@ -315,6 +385,7 @@ class WorkingSet:
                 if artifact_id not in run.cleared:
                     continue
                 run.restored += 1
+                run.reload_calls.setdefault(call_id, (artifact_id, call.turn))
                 history = run.reloads.setdefault(artifact_id, [])
                 history.append(call.turn)
                 window = [t for t in history if t > call.turn - self.thrash_turns]
@@ -322,13 +393,14 @@ class WorkingSet:
                     run.thrash[artifact_id] = None
                     self._emit(call_id, call.tool, artifact_id)
 
-    def _pinned(self, turns: int) -> set[str]:
-        run = self._run
-        pinned = set(run.thrash)
-        for artifact_id, history in run.reloads.items():
-            if history and history[-1] > turns - 1 - self.pin_turns:
-                pinned.add(artifact_id)
-        return pinned
+    def _pinned(self, turns: int) -> dict[str, str]:
+        """The calls that brought a result back and are pinned now (``{tool_call_id: artifact id}``): those
+        within ``pin_turns`` turns, and every one of a thrashing id."""
+        return {
+            call_id: artifact_id
+            for call_id, (artifact_id, turn) in self._run.reload_calls.items()
+            if artifact_id in self._run.thrash or turns - 1 - turn < self.pin_turns
+        }
 
     def _emit(self, call_id: str, tool: str | None, artifact_id: str) -> None:
         event = ToolEvent("context_thrash", tool or "unknown", self.run_id, call_id, artifacts=(artifact_id,))
@@ -338,15 +410,25 @@ class WorkingSet:
 
     def _tokens(self, message: Mapping[str, Any]) -> int:
         content = message.get("content")
-        cost = MESSAGE_OVERHEAD + self._count(message_text(content))
+        cost = MESSAGE_OVERHEAD + self._counted_text(content if isinstance(content, str) else message_text(content))
         if isinstance(content, Sequence) and not isinstance(content, str):
             cost += IMAGE_TOKENS * sum(1 for p in content if isinstance(p, Mapping) and p.get("type") != "text")
         for call in message.get("tool_calls") or ():
             if isinstance(call, Mapping):
                 function = call.get("function")
                 if isinstance(function, Mapping):
-                    cost += self._count(str(function.get("name") or "")) + self._count(_text(function.get("arguments")))
+                    cost += self._counted_text(str(function.get("name") or ""))
+                    cost += self._counted_text(_text(function.get("arguments")))
         return cost
+
+    def _counted_text(self, text: str) -> int:
+        """``count_tokens(text)``, remembered for the newest COUNTED texts (a str caches its own hash)."""
+        cached = self._counted.get(text)
+        if cached is None:
+            cached = self._counted[text] = self._count(text)
+            if len(self._counted) > COUNTED:
+                del self._counted[next(iter(self._counted))]
+        return cached
 
 
 def _calls(messages: Sequence[Mapping[str, Any]]) -> tuple[dict[str, _Call], int]:

@@ -38,6 +38,10 @@ decisions are scripted. The battery, per trial:
   committed on evidence built to be unfit. Controls check that fit evidence
   (and evidence re-acquired after a refusal) still commits.
 
+Once per run, the **long run** (:mod:`.long_run`) measures the context working set: 200 tool
+calls of 2-40 KB with a scripted model that goes back to earlier results, with and without
+:class:`refvault.context.WorkingSet` (figures only).
+
 Invariants (tested in ``tests/evaluation/test_eval.py``):
 
 * **Deterministic counts.** Data and attempts derive from ``seed`` and the

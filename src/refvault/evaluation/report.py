@@ -268,6 +268,19 @@ class EvalReport:
                 f"{stored['stored_bytes']:,} stored (deduplicated; {stored['derived_bytes']:,} of it derivatives), "
                 f"{stored['store_on_disk_bytes']:,} on disk (the whole store)"
             )
+        context = self.figures.get("working_set")
+        if context:
+            plain, kept = context["without"], context["with"]
+            lines.append(
+                f"long run ({context['calls']} tool calls of {context['result_bytes']['min']:,}-"
+                f"{context['result_bytes']['max']:,} bytes, a {context['model_context_tokens']:,}-token model): "
+                f"peak request {plain['peak_request_tokens']:,} tokens without the working set, "
+                f"{kept['peak_request_tokens']:,} with it (budget {kept['budget_tokens']:,}); total "
+                f"{plain['total_request_tokens']:,} against {kept['total_request_tokens']:,}; requests over the "
+                f"model's context {plain['requests_over_context']} against {kept['requests_over_context']}; "
+                f"{kept['reloads']} reloads ({kept['reloads_lossless']} byte-exact), "
+                f"{kept['thrash_events']} thrash events"
+            )
         return [Text(line) for line in lines]
 
 

@@ -8,21 +8,24 @@ import os
 import secrets
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from refvault.errors import InvalidArgument
-from refvault.evaluation import absence, disclosure, edge, gate, identity
+from refvault.evaluation import absence, disclosure, edge, gate, identity, long_run
 from refvault.evaluation.report import EvalReport
 from refvault.evaluation.world import EvalClock, World
 from refvault.ids import namespace_of
+from refvault.model import Scope
 from refvault.vault import Vault
 
 __all__ = ["DEFAULT_SEED", "DEFAULT_TRIALS", "MAX_TRIALS", "run_eval"]
+
+T = TypeVar("T")
 
 DEFAULT_SEED = 20261106
 DEFAULT_TRIALS = 2
@@ -52,10 +55,11 @@ def run_eval(
             world = World(vault, clock, secrets.token_hex(4))
             with _captured_logs(world):
                 _run_async(_battery(world, seed, trials))
+                context = _run_async(long_run.run(vault, Scope(world.owner.tenant, "ana", "long-run"), seed))
             stray = world.stray()
             retained = _retained(world)
         retained["store_on_disk_bytes"] = _disk_usage(root)
-    figures: dict[str, Any] = {**world.meters.summary(), "bytes": retained}
+    figures: dict[str, Any] = {**world.meters.summary(), "bytes": retained, "working_set": context}
     return EvalReport(
         seed=seed,
         trials=trials,
@@ -78,15 +82,14 @@ async def _battery(world: World, seed: int, trials: int) -> None:
         await gate.run(world)
 
 
-def _run_async(coroutine: Any) -> None:
+def _run_async(coroutine: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run``, or in a thread of its own when called from inside a running event loop."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        asyncio.run(coroutine)
-        return
+        return asyncio.run(coroutine)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pool.submit(asyncio.run, coroutine).result()
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 @contextmanager

@@ -133,7 +133,8 @@ class Toolbox:
 
         ``offload_tokens`` is the default threshold above which a result is
         offloaded (None: never); ``preview_chars`` bounds each preview. ``keep_results=True`` also
-        stores every text result returned inline (under its ``tool_call_id``, with its labels), so a
+        stores every text result of a registered tool returned inline (under its ``tool_call_id``, with
+        its labels; the read tools' answers are not stored: the same read gives them again), so a
         :class:`~refvault.context.WorkingSet` can later clear it from the context without losing it.
         ``guard`` is the :class:`~refvault.guard.LeakGuard` (any
         :class:`~refvault.guard.contract.Guard`) that learns every value a tool
@@ -686,7 +687,7 @@ class Toolbox:
 
     def _kept(self, text: str, result: Any, prepared: Prepared) -> list[Descriptor]:
         """With ``keep_results``, store a result going inline; a failed store loses nothing the model gets."""
-        if not self.keep_results:
+        if not self.keep_results or prepared.tool.builtin:  # a read tool's answer: the same read gives it again
             return []
         try:
             return [
