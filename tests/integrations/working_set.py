@@ -100,10 +100,11 @@ def assert_stub_of(stub: Any, vault: Vault, scope: Scope, tool_call_id: str) -> 
     body = cleared(stub)
     assert body is not None, f"not a stub: {str(stub)[:80]!r}"
     artifact_id = stored_id(vault, scope, tool_call_id)
-    assert [a["artifact_id"] for a in body["artifacts"]] == [artifact_id]
+    named = [a["artifact_id"] for a in body["artifacts"]] if "artifacts" in body else body["ids"]  # full or brief
+    assert named == [artifact_id]
     assert body["restore"]["tool"] == "load_artifacts"
     assert body["restore"]["arguments"] == {"artifact_ids": [artifact_id]}
-    assert body["tool"] == "fetch"
+    assert body.get("tool", "fetch") == "fetch"
     assert "entry1-" not in str(stub)
     return artifact_id
 
