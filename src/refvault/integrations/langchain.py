@@ -67,6 +67,12 @@ silently drops it (LangChain's ``bind_tools`` binds the underlying model afresh)
 and the model's own ``callbacks=`` field all keep it
 (``test_langchain_guard_survives_how_it_is_attached`` in ``tests/integrations/test_langchain_guard.py``).
 
+The context working set: :class:`WorkingSetMiddleware` (an agent middleware for ``langchain`` v1's
+``create_agent``, in :mod:`refvault.integrations.langchain_middleware`, imported on first use, so this
+module needs only ``langchain-core``) hands the model a copy of each request whose older stored tool
+results are the working set's stub, and leaves the agent's state whole
+(``tests/integrations/test_working_set_langchain.py``).
+
 Identity: ``tool_call_id`` is the id of the ``ToolCall`` the tool was invoked
 with; ``run_id`` is the LangChain run id of the tool call (pass
 ``config={"run_id": ...}`` to choose it) (``test_tool_call_and_run_ids_reach_the_toolbox``).
@@ -84,7 +90,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from refvault.errors import ContextLeak
@@ -103,7 +109,19 @@ except ImportError as exc:  # without the extra (test_missing_langchain_core_nam
         "refvault.integrations.langchain needs langchain-core: pip install 'refvault[langchain]'"
     ) from exc
 
-__all__ = ["LeakGuardCallback", "tools"]
+if TYPE_CHECKING:
+    from refvault.integrations.langchain_middleware import WorkingSetMiddleware
+
+__all__ = ["LeakGuardCallback", "WorkingSetMiddleware", "tools"]
+
+
+def __getattr__(name: str) -> Any:
+    """``WorkingSetMiddleware`` on first use: it needs the ``langchain`` package, the rest only ``langchain-core``."""
+    if name == "WorkingSetMiddleware":
+        from refvault.integrations.langchain_middleware import WorkingSetMiddleware
+
+        return WorkingSetMiddleware
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _ToolboxTool(StructuredTool):

@@ -43,6 +43,13 @@ of that is re-implemented here. Invariants, and the test in
   :func:`guarded_client` puts the same guard on the HTTP transport of an
   ``AsyncOpenAI`` client, for the SDK's real OpenAI models
   (``test_guarded_client_end_to_end``).
+* **The context working set trims what the model is sent, never the run.**
+  :func:`working_set_filter` is a ``RunConfig.call_model_input_filter``: the model
+  gets a copy of the input whose older stored tool outputs
+  (``function_call_output``) are the working set's stub naming the artifact id;
+  every other item, and the run's own items (``result.new_items``,
+  ``result.to_input_list()``), keep what they held
+  (``tests/integrations/test_working_set_openai_agents.py``).
 
 The guard learns every value a tool reads by reference (``box.guard``); call
 ``box.guard.protect_scope(vault, scope)`` to protect every sealed artifact of a
@@ -53,6 +60,7 @@ it: ``test_missing_sdk_names_the_extra_and_core_does_not_need_it``).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -60,6 +68,13 @@ from typing import TYPE_CHECKING, Any, cast
 from refvault.errors import InvalidArgument
 from refvault.guard.contract import resolve_guard
 from refvault.integrations.adapter import tool_schemas
+from refvault.integrations.context_hooks import (
+    ChatHistory,
+    ReplacementSource,
+    check_working_set,
+    json_text,
+    parts_text,
+)
 
 try:
     import openai
@@ -77,7 +92,7 @@ if TYPE_CHECKING:
     from refvault.model import Scope
     from refvault.toolbox import Observation, Toolbox
 
-__all__ = ["guard_model_input", "guarded_client", "tools"]
+__all__ = ["guard_model_input", "guarded_client", "tools", "working_set_filter"]
 
 ModelInputFilter = Callable[[CallModelData[Any]], Awaitable[ModelInputData]]
 ToolOutput = str | list[ToolOutputText | ToolOutputImage]
@@ -217,3 +232,83 @@ def guarded_client(
         raise InvalidArgument("guarded_client makes the http_client itself: pass transport= to wrap your transport")
     http_client = openai.DefaultAsyncHttpxClient(transport=GuardedTransport(guard, transport))
     return openai.AsyncOpenAI(http_client=http_client, **kwargs)
+
+
+def working_set_filter(ws: ReplacementSource, *, inner: CallModelInputFilter | None = None) -> ModelInputFilter:
+    """A ``RunConfig.call_model_input_filter`` that installs the context working set ``ws`` on every model call.
+
+    Before each call it renders the instructions (as a system message) and every input item as chat
+    messages, asks ``ws.replacements`` which stored tool outputs to clear, and returns a new input list
+    in which each of those ``function_call_output`` items is a new item whose ``output`` is the stub
+    (naming the artifact id; the model reads it back with ``read_artifact`` or ``load_artifacts``).
+    Invariants: the same items in the same order, every other item the very object the SDK passed, the
+    instructions unchanged; the SDK's own items are never edited, so the run's history keeps every full
+    output. With a server-managed conversation (``previous_response_id``, ``conversation_id``) the input
+    holds only items the server has not seen, which the working set never clears (a result is cleared only
+    after the model has seen it). ``inner`` is a filter of your own that runs first. To guard what the
+    model is sent, give this filter as the guard's ``inner``:
+    ``guard_model_input(box.guard, inner=working_set_filter(ws))``.
+    """
+    working_set = check_working_set(ws)
+
+    async def trim(data: CallModelData[Any]) -> ModelInputData:
+        model_data = data.model_data
+        if inner is not None:
+            filtered = inner(data)
+            model_data = await filtered if inspect.isawaitable(filtered) else filtered
+        items = list(model_data.input)
+        history = ChatHistory()
+        if model_data.instructions:
+            history.add("system", model_data.instructions)
+        outputs = {index: _chat_item(history, item) for index, item in enumerate(items)}
+        stubs = await asyncio.to_thread(history.replacements, working_set)
+        if not stubs:
+            return model_data
+        trimmed = [
+            _with_output(item, stubs[key]) if (key := outputs[index]) in stubs else item
+            for index, item in enumerate(items)
+        ]
+        return ModelInputData(input=trimmed, instructions=model_data.instructions)
+
+    return trim
+
+
+def _chat_item(history: ChatHistory, item: Any) -> str | None:
+    """Render one input item into ``history``; the id it has there if it is a tool output, else None."""
+    fields = _fields(item)
+    kind = fields.get("type")
+    if kind == "function_call":
+        history.tool_call(fields.get("call_id"), str(fields.get("name", "")), fields.get("arguments"))
+        return None
+    if kind == "function_call_output":
+        output = fields.get("output")
+        text = parts_text(output) if isinstance(output, list) else json_text(output)
+        return history.tool_result(fields.get("call_id"), text)
+    role = fields.get("role")
+    if role in ("system", "developer", "user", "assistant") and kind in (None, "message"):
+        content = fields.get("content")
+        history.add("system" if role == "developer" else str(role), _content_text(content))
+        return None
+    history.add("assistant", json_text(fields))  # reasoning and other items: counted as text
+    return None
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):
+        return parts_text([_fields(part) for part in content])
+    return json_text(content) if content is not None else ""
+
+
+def _fields(item: Any) -> dict[str, Any]:
+    """An input item (a dict, or an SDK model object) as a plain dict, for reading only."""
+    if isinstance(item, Mapping):
+        return dict(item)
+    dump = getattr(item, "model_dump", None)
+    return cast("dict[str, Any]", dump(exclude_unset=True)) if callable(dump) else {"value": str(item)}
+
+
+def _with_output(item: Any, stub: str) -> Any:
+    """A new item like ``item`` with ``output`` replaced (a dict stays a dict; the original is not touched)."""
+    if isinstance(item, Mapping):
+        return {**item, "output": stub}
+    return item.model_copy(update={"output": stub})

@@ -53,6 +53,12 @@ Invariants, and the test in ``tests/integrations/test_pydantic_ai.py`` that show
   ``test_guard_refuses_under_the_redact_policy_too``). The content arm applies
   to every leaf, base64 fields included; the size arm knows the provider wire
   formats' tool outputs, not Pydantic AI's dump, so it does not fire here.
+* **The context working set trims what the model is sent, never the run.**
+  :class:`WorkingSetCapability` (``Agent(capabilities=[working_set_capability(ws)])``)
+  rewrites each request before it is sent: older stored tool returns become the
+  working set's stub naming the artifact id, everything else is the same
+  object; the run's history (``result.all_messages()``) keeps every full return
+  (``tests/integrations/test_working_set_pydantic_ai.py``).
 """
 
 from __future__ import annotations
@@ -67,8 +73,23 @@ from typing import TYPE_CHECKING, Any
 
 try:
     import anyio.to_thread
+    from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.exceptions import ToolFailed
-    from pydantic_ai.messages import BinaryContent, ModelMessage, ModelMessagesTypeAdapter, ModelResponse, ToolReturn
+    from pydantic_ai.messages import (
+        BinaryContent,
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelRequest,
+        ModelResponse,
+        RetryPromptPart,
+        SystemPromptPart,
+        TextPart,
+        ThinkingPart,
+        ToolCallPart,
+        ToolReturn,
+        ToolReturnPart,
+        UserPromptPart,
+    )
     from pydantic_ai.models import Model, ModelRequestContext, ModelRequestParameters, StreamedResponse
     from pydantic_ai.models.wrapper import WrapperModel
     from pydantic_ai.settings import ModelSettings
@@ -85,6 +106,7 @@ from refvault.content import Limits, materialize
 from refvault.errors import InvalidArgument, RefvaultError
 from refvault.guard.contract import GuardHolder, RequestChecker, refuse_leaks, resolve_guard
 from refvault.integrations.adapter import tool_schemas
+from refvault.integrations.context_hooks import ChatHistory, ReplacementSource, check_working_set, json_text, parts_text
 from refvault.model import Disclosure, Scope
 from refvault.toolbox import Observation, Toolbox
 from refvault.toolbox.values import DATA_ONLY
@@ -95,7 +117,15 @@ if TYPE_CHECKING:
     from refvault.vault import Vault
     from refvault.vault.aio import AsyncVault
 
-__all__ = ["GuardedModel", "MaterializedToolset", "RefvaultToolset", "materialized", "toolset"]
+__all__ = [
+    "GuardedModel",
+    "MaterializedToolset",
+    "RefvaultToolset",
+    "WorkingSetCapability",
+    "materialized",
+    "toolset",
+    "working_set_capability",
+]
 
 # Pydantic AI only parses the arguments' JSON into an object; the Toolbox validates them. (Any JSON at all would
 # let ``null`` through as ``None``, which Pydantic AI's tool manager asserts against, ending the run.)
@@ -365,3 +395,96 @@ class GuardedModel(WrapperModel):
     async def batch_encode(self, request: BatchRequest) -> EncodedBatchRequest:
         await self._check(request.messages, request.model_request_parameters)
         return await self.wrapped.batch_encode(request)
+
+
+# -- the context working set ----------------------------------------------------------------------------------------
+
+
+class WorkingSetCapability(AbstractCapability[Any]):
+    """A Pydantic AI capability that installs the context working set ``ws`` on every model request.
+
+    In ``before_model_request`` (once per request step, before any attempt) it renders the request's
+    instructions (as a system message) and messages as chat messages, asks ``ws.replacements`` which
+    stored tool returns to clear, and gives the request (``request_context.messages``, a request-only list)
+    new ``ModelRequest`` messages whose ``ToolReturnPart`` (or ``RetryPromptPart``) content is the stub
+    naming the artifact id. Invariants: the same messages and parts in the same order, every unchanged
+    message the very object of the run's history; nothing in the run's history (``ctx.messages``,
+    ``result.all_messages()``) is edited, so it keeps every full return. (A history processor, which this
+    Pydantic AI runs as the ``ProcessHistory`` capability, writes what it returns back into the run's
+    history: that is why the working set is a capability of its own.) Capabilities run before the model,
+    so a :class:`GuardedModel` checks the trimmed request, exactly what its wrapped model gets.
+    """
+
+    def __init__(self, ws: ReplacementSource) -> None:
+        self.ws = check_working_set(ws)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # takes a live working set: not constructible from an agent spec
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        messages = list(request_context.messages)
+        history = ChatHistory()
+        instructions = [part.content for part in request_context.model_request_parameters.instruction_parts or ()]
+        if instructions:
+            history.add("system", "\n\n".join(instructions))
+        keys = [_chat_message(history, message) for message in messages]
+        stubs = await anyio.to_thread.run_sync(history.replacements, self.ws)
+        if stubs:
+            request_context.messages = [
+                _with_stubs(message, ids, stubs) if isinstance(message, ModelRequest) and ids else message
+                for message, ids in zip(messages, keys, strict=True)
+            ]
+        return request_context
+
+
+def working_set_capability(ws: ReplacementSource) -> WorkingSetCapability:
+    """The context working set ``ws`` as a capability: ``Agent(model, capabilities=[working_set_capability(ws)])``.
+
+    See :class:`WorkingSetCapability` for what the model gets and what the run keeps.
+    """
+    return WorkingSetCapability(ws)
+
+
+def _chat_message(history: ChatHistory, message: ModelMessage) -> dict[int, str]:
+    """Render one message into ``history``; the ids its tool-result parts have there, by part index."""
+    ids: dict[int, str] = {}
+    if isinstance(message, ModelResponse):
+        text = [part.content for part in message.parts if isinstance(part, TextPart | ThinkingPart)]
+        others = [part for part in message.parts if not isinstance(part, TextPart | ThinkingPart | ToolCallPart)]
+        if text or others:
+            history.add("assistant", "\n".join([*text, *(json_text(_part_fields(part)) for part in others)]))
+        for part in message.parts:
+            if isinstance(part, ToolCallPart):
+                history.tool_call(part.tool_call_id, part.tool_name, part.args_as_json_str())
+        return ids
+    for index, request_part in enumerate(message.parts):
+        if isinstance(request_part, ToolReturnPart):
+            ids[index] = history.tool_result(request_part.tool_call_id, request_part.model_response_str())
+        elif isinstance(request_part, RetryPromptPart) and request_part.tool_name is not None:
+            ids[index] = history.tool_result(request_part.tool_call_id, request_part.model_response())
+        elif isinstance(request_part, SystemPromptPart):
+            history.add("system", request_part.content)
+        elif isinstance(request_part, UserPromptPart):
+            content = request_part.content
+            history.add("user", content if isinstance(content, str) else parts_text(list(content)))
+        else:
+            history.add("user", json_text(_part_fields(request_part)))
+    return ids
+
+
+def _part_fields(part: Any) -> Any:
+    """A part other than text, a tool call or a tool return, for counting: its content (or itself), as text."""
+    content = getattr(part, "content", None)
+    return content if content is not None else str(part)
+
+
+def _with_stubs(message: ModelRequest, ids: Mapping[int, str], stubs: Mapping[str, str]) -> ModelRequest:
+    """A new request like ``message`` whose stubbed tool-result parts are new parts (the originals untouched)."""
+    parts: list[Any] = list(message.parts)
+    for index, key in ids.items():
+        if key in stubs:
+            parts[index] = dataclasses.replace(parts[index], content=stubs[key])
+    return dataclasses.replace(message, parts=parts)

@@ -79,6 +79,10 @@ Invariants, and the test that shows each:
   ``test_guard_checks_the_system_instruction_of_requests_with_an_output_schema``). The leaking tool
   result is already in the session's events by then: the guard keeps it from the model, not from
   the session store.
+* **The context working set trims the request, never the session.** :func:`working_set_callback`
+  replaces, in the request's copy of the contents, each older stored function response with the
+  working set's stub naming the artifact id; the session's events keep every full response
+  (``tests/integrations/test_working_set_adk.py``).
 * **ADK's own loaders are guarded too.** ``LoadArtifactsTool`` and ``{artifact.name}`` instruction
   templates put a loaded version into the request whatever its disclosure; a service made with
   ``guard=`` teaches that guard every sealed version it saves or loads, so :func:`guard_callback`
@@ -94,7 +98,7 @@ The package: :mod:`~refvault.integrations.adk.identity` (ADK names as scopes),
 :mod:`~refvault.integrations.adk.service` (the artifact service),
 :mod:`~refvault.integrations.adk.registry` (``refvault://`` URIs),
 :mod:`~refvault.integrations.adk.agent_tools` (Toolbox tools as ADK tools) and
-:mod:`~refvault.integrations.adk.callbacks` (the guard callback); every name
+:mod:`~refvault.integrations.adk.callbacks` (the guard and working-set callbacks); every name
 is importable from :mod:`refvault.integrations.adk`.
 """
 
@@ -111,7 +115,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise ImportError("refvault.integrations.adk needs Google ADK: pip install 'refvault[adk]'") from exc
 
 from refvault.integrations.adk.agent_tools import RefvaultTool, tools
-from refvault.integrations.adk.callbacks import guard_callback
+from refvault.integrations.adk.callbacks import guard_callback, working_set_callback
 from refvault.integrations.adk.identity import RESERVED_PREFIX as RESERVED_PREFIX
 from refvault.integrations.adk.identity import USER_PREFIX as USER_PREFIX
 from refvault.integrations.adk.identity import USER_SESSION, AdkInputError, scope_for, scope_name
@@ -131,6 +135,7 @@ __all__ = [
     "scope_for",
     "scope_name",
     "tools",
+    "working_set_callback",
 ]
 
 del artifact_util, ArtifactVersion, BaseArtifactService, ensure_part, InputValidationError, BaseTool, types, BaseModel
