@@ -116,7 +116,8 @@ def test_a_cleared_result_comes_back_exactly_from_the_id_its_stub_names(vault: V
     assert cleared
     for call_id, body in cleared.items():
         (artifact,) = body["artifacts"]
-        assert body["restore"] == {"tool": "load_artifacts", "arguments": {"artifact_ids": [artifact["artifact_id"]]}}
+        arguments = {"artifact_id": artifact["artifact_id"], "max_chars": artifact["size"]}
+        assert body["restore"] == {"tool": "read_artifact", "arguments": arguments}
         assert body["tool"] == "fetch"
         assert vault.read_bytes(scope, artifact["artifact_id"]).decode() == originals[call_id]
 

@@ -108,7 +108,8 @@ def test_older_stored_results_reach_the_model_as_stubs_and_the_state_keeps_them(
     # The agent's state keeps every full result; the reload brings page 1 back.
     assert [tool_content(state, f"call_{n}") for n in (0, 1, 2)] == [page(n) for n in PAGES]
     reload = tool_content(model.received[RELOAD_TURN + 1], "call_3")
-    assert reloaded_page_one("\n".join(block["text"] for block in reload if block["type"] == "text"))
+    text = reload if isinstance(reload, str) else "\n".join(b["text"] for b in reload if b["type"] == "text")
+    assert reloaded_page_one(text)
     assert artifact_id in json.dumps(reload)
     assert ws.stats.restored == 1
     # What the working set read: the history as chat messages, every request, nothing dropped.

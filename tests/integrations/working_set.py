@@ -102,8 +102,8 @@ def assert_stub_of(stub: Any, vault: Vault, scope: Scope, tool_call_id: str) -> 
     artifact_id = stored_id(vault, scope, tool_call_id)
     named = [a["artifact_id"] for a in body["artifacts"]] if "artifacts" in body else body["ids"]  # full or brief
     assert named == [artifact_id]
-    assert body["restore"]["tool"] == "load_artifacts"
-    assert body["restore"]["arguments"] == {"artifact_ids": [artifact_id]}
+    assert body["restore"]["tool"] == "read_artifact"  # a kept result comes back whole in one window
+    assert body["restore"]["arguments"] == {"artifact_id": artifact_id, "max_chars": len(page(1))}
     assert body.get("tool", "fetch") == "fetch"
     assert "entry1-" not in str(stub)
     return artifact_id

@@ -38,7 +38,7 @@ from typing import Any
 
 from refvault.context.stubs import RECOVERING, Subject, message_text, named_ids, stub, subject_of
 from refvault.errors import InvalidArgument, RefvaultError
-from refvault.limits import caps_for_model
+from refvault.limits import DEFAULT_CAPS
 from refvault.model import Descriptor, Scope
 from refvault.policy import check_purpose
 from refvault.read.previews.tokens import estimate_tokens
@@ -192,8 +192,8 @@ class WorkingSet:
         self.recipient = model_recipient(model)
         self.run_id = run_id
         self.toolbox = toolbox
-        caps = toolbox.caps if toolbox is not None else caps_for_model(model_context_tokens)
-        self._window = caps.max_window_chars  # the most one read_artifact gives back to this model
+        # The most one read_artifact gives back to this model (without the Toolbox: its default ceiling).
+        self._window = (toolbox.caps if toolbox is not None else DEFAULT_CAPS).max_window_chars
         self._count = count_tokens or estimate_tokens
         self._on_event = on_event
         self._lock = threading.Lock()
@@ -344,18 +344,13 @@ class WorkingSet:
                 call_id=call_id,
                 tool=tool,
                 arguments=call.arguments if call else None,
-                captured=[d for d in captured if self._in_run(d)],
+                captured=captured,  # trusted only as far as subject_of checks them (hash, or the id named)
                 describe=self._describe,
                 max_chars=self._window,
             )
             if len(self._subjects) > COUNTED:
                 del self._subjects[next(iter(self._subjects))]
         return self._subjects[key]
-
-    def _in_run(self, descriptor: Descriptor) -> bool:
-        """Captured in this scope by this run (not shared in by a grant, not another run's same call id)."""
-        scope = descriptor.scope
-        return not scope.get("shared") and scope.get("run_id") == self.run_id
 
     def _stub(self, subject: Subject, tool: str | None, tokens: int, brief: bool) -> str:
         key = (subject.kind, subject.ids, _text(subject.restore), tool, tokens, brief)
