@@ -125,7 +125,7 @@ def test_cli_json_document_and_exit_code_zero() -> None:
     assert {a["trial"] for a in document["attempts"]} == {0, 1}
     assert set(document["attempts"][0]) >= {"property", "kind", "name", "trial", "ok", "outcome", "disclosed"}
     figures = document["figures"]
-    assert set(figures) == {"latency_ms", "tokens_returned", "records_scanned", "bytes"}
+    assert set(figures) == {"latency_ms", "tokens_returned", "records_scanned", "bytes", "miscopy"}
     latency = figures["latency_ms"]
     assert latency["all"]["calls"] == sum(spread["calls"] for op, spread in latency.items() if op != "all")
     assert {"query", "window", "grep", "read_bytes", "tool load_artifacts"} <= set(latency)
@@ -135,6 +135,8 @@ def test_cli_json_document_and_exit_code_zero() -> None:
     assert stored["artifacts"] > 0
     assert 0 < stored["stored_bytes"] <= stored["store_on_disk_bytes"]
     assert stored["derived_bytes"] < stored["stored_bytes"]
+    assert figures["miscopy"]["corrupted"] == 1000
+    assert figures["miscopy"]["detected_share"] >= 0.99
 
 
 def test_the_command_prints_the_table_in_a_subprocess() -> None:

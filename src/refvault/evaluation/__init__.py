@@ -38,6 +38,12 @@ decisions are scripted. The battery, per trial:
   committed on evidence built to be unfit. Controls check that fit evidence
   (and evidence re-acquired after a refusal) still commits.
 
+Once per run, not per trial, the **mis-copy run** (:mod:`.miscopy`): 1,000 ids
+with one or two characters changed, dropped, doubled or swapped, resolved by
+the vault; the share detected as mis-copied, the share given the original id
+as the suggestion, and unknown ids wrongly called mis-copied (a figure,
+reported, never asserted: the vault mints the ids).
+
 Invariants (tested in ``tests/evaluation/test_eval.py``):
 
 * **Deterministic counts.** Data and attempts derive from ``seed`` and the

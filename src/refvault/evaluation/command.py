@@ -40,7 +40,9 @@ def eval_command(ctx: click.Context, seed: int | None, trials: int | None, as_js
     evidence gate           unfit evidence must be refused; nothing unfit committed
 
     Also reported, never asserted: latency per read, tokens returned per read,
-    records scanned per query, bytes retained. Runs offline on the embedded
+    records scanned per query, bytes retained, and a mis-copy run (1,000 ids
+    with one or two characters corrupted: the share detected as mis-copied and
+    the share given the original id as the suggestion). Runs offline on the embedded
     default; $REFVAULT_STORE is not used (the eval plants canaries and damages
     blobs, then restores them). Exits 1 on any disclosure, unsupported
     required-evidence commit or false absence conclusion; else 0.

@@ -268,6 +268,14 @@ class EvalReport:
                 f"{stored['stored_bytes']:,} stored (deduplicated; {stored['derived_bytes']:,} of it derivatives), "
                 f"{stored['store_on_disk_bytes']:,} on disk (the whole store)"
             )
+        miscopy = self.figures.get("miscopy", {})
+        if miscopy.get("corrupted"):
+            lines.append(
+                f"mis-copied ids: {miscopy['corrupted']:,} ids with 1-2 characters changed, dropped, doubled or "
+                f"swapped: {miscopy['detected_share']:.1%} detected as mis-copied, {miscopy['suggested_share']:.1%} "
+                f"given the original as the suggestion ({miscopy['wrong_suggestions']} wrong suggestions); "
+                f"{miscopy['controls_called_miscopied']} of {miscopy['controls']:,} unknown ids called mis-copied"
+            )
         return [Text(line) for line in lines]
 
 

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from refvault.errors import InvalidArgument
-from refvault.evaluation import absence, disclosure, edge, gate, identity
+from refvault.evaluation import absence, disclosure, edge, gate, identity, miscopy
 from refvault.evaluation.report import EvalReport
 from refvault.evaluation.world import EvalClock, World
 from refvault.ids import namespace_of
+from refvault.model import Scope
 from refvault.vault import Vault
 
 __all__ = ["DEFAULT_SEED", "DEFAULT_TRIALS", "MAX_TRIALS", "run_eval"]
@@ -52,10 +53,12 @@ def run_eval(
             world = World(vault, clock, secrets.token_hex(4))
             with _captured_logs(world):
                 _run_async(_battery(world, seed, trials))
+                miscopied = miscopy.run(vault, Scope(world.owner.tenant, world.owner.user, "miscopy"), seed)
             stray = world.stray()
             retained = _retained(world)
         retained["store_on_disk_bytes"] = _disk_usage(root)
     figures: dict[str, Any] = {**world.meters.summary(), "bytes": retained}
+    figures["miscopy"] = miscopied
     return EvalReport(
         seed=seed,
         trials=trials,
