@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from refvault import Ref, Scope, Toolbox, ToolEvent, Vault
 from refvault.ids import ARTIFACT_ID_PATTERN, new_artifact_id
 
@@ -103,3 +105,20 @@ def test_the_ref_pattern_admits_new_and_legacy_ids() -> None:
     assert re.fullmatch(ARTIFACT_ID_PATTERN, new_artifact_id())
     assert re.fullmatch(ARTIFACT_ID_PATTERN, "art_" + "a" * 26)
     assert not re.fullmatch(ARTIFACT_ID_PATTERN, "art_" + "a" * 27)
+
+
+def test_a_legacy_id_resolves_as_a_ref_and_its_miscopy_is_caught(vault: Vault, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = "art_" + "q" * 25 + "e"  # 26 characters, zero padding bits: as ids were minted before the check
+    monkeypatch.setattr("refvault.vault.core.new_artifact_id", lambda: old)
+    vault.put(SCOPE, b"an old document", media_type="text/plain")
+    box = Toolbox(vault)
+
+    @box.tool
+    def summarize(doc: Ref) -> str:
+        return doc.text().upper()
+
+    assert box.call_sync("summarize", json.dumps({"doc": old}), scope=SCOPE).content == "AN OLD DOCUMENT"
+    read = box.call_sync("read_artifact", json.dumps({"artifact_id": old}), scope=SCOPE)
+    assert not read.is_error
+    missed = box.call_sync("summarize", json.dumps({"doc": old[:6] + "a" + old[7:]}), scope=SCOPE)
+    assert missed.content == "error: " + suggestion_text(old)
