@@ -20,7 +20,7 @@ from google.genai import types
 from refvault import ContextLeak, Ref, Toolbox, Vault
 from refvault.integrations.adk import RefvaultArtifactService, guard_callback, scope_for, tools
 
-ID = re.compile(r"art_[a-z2-7]{26}")
+ID = re.compile(r"art_[a-z2-7]+")
 logging.getLogger("google_adk").setLevel(logging.CRITICAL)  # ADK logs the stopped run's traceback; we print it
 
 

@@ -27,7 +27,7 @@ class ScriptedModel(BaseChatModel):
     ) -> ChatResult:
         prompt = str(messages[0].content)
         results = [str(m.content) for m in messages if isinstance(m, ToolMessage)]
-        ids = re.findall(r"art_[a-z2-7]{26}", prompt + " ".join(results))  # ids it was given or shown
+        ids = re.findall(r"art_[a-z2-7]+", prompt + " ".join(results))  # ids it was given or shown
         plan = [("count_lines", {"log": ids[0]}), ("grep_errors", {"log": ids[0]}),
                 ("read_artifact", {"artifact_id": ids[-1], "lines": [0, 2]})]  # fmt: skip
         if "secret" in prompt:

@@ -40,7 +40,7 @@ def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         answer = [p.model_response_str() for p in parts if isinstance(p, ToolReturnPart)]
         return ModelResponse(parts=[TextPart(answer[-1] if answer else "nothing to do")])
     name, args = PLAN.pop(0)
-    ids = re.findall(r"art_[a-z2-7]{26}", seen)
+    ids = re.findall(r"art_[a-z2-7]+", seen)
     return ModelResponse(parts=[ToolCallPart(name, json.loads(args.replace("$ID", ids[0] if ids else "")))])
 
 

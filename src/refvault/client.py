@@ -99,7 +99,7 @@ from refvault.errors import (
     InvalidType,
     StorageError,
 )
-from refvault.ids import check_artifact_id
+from refvault.ids import lookup_id
 from refvault.limits import (
     DEFAULT_GREP_MATCHES,
     DEFAULT_GREP_SECONDS,
@@ -275,7 +275,7 @@ class Client(AuthorityCalls, CopyCalls, RunCalls):
 
     @staticmethod
     def _path(artifact_id: str, tail: str = "") -> str:
-        return f"/artifacts/{check_artifact_id(artifact_id)}{tail}"
+        return f"/artifacts/{lookup_id(artifact_id)}{tail}"  # a mis-copied id too: the server may suggest one
 
     # -- capture -----------------------------------------------------------------------
 

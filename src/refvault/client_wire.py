@@ -268,6 +268,7 @@ def raise_problem(response: httpx.Response, body: bytes | None, artifact_id: str
         detail,
         artifact_id=artifact_id or "(unknown)",
         reason=problem.get("reason"),
+        suggestion=problem.get("suggestion"),
         retry_after=_retry_after(response.headers.get("retry-after")),
     )
 

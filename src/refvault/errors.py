@@ -19,6 +19,7 @@ caller owns is identical to the message about an artifact that does not exist.
     │   └── UnsupportedRead              this read does not apply to this artifact (e.g. a window of a PNG)
     ├── InvalidType (TypeError)          a value of the wrong kind: a Ref from a non-string, an unpicklable guard
     ├── NotFound (LookupError)           absent, deleted, or not yours (indistinguishable)
+    │   ├── MisCopiedId (also InvalidId)  an id with a character changed, dropped, doubled or swapped (suggestion)
     │   ├── GrantNotFound                no live sharing grant of yours has this id (unknown, another's, revoked)
     │   ├── LinkRefused                  a capability link that opens nothing (one message for every reason)
     │   └── UnknownHandle                a kernel snapshot handle this kernel did not make as given (one message)
@@ -69,6 +70,7 @@ __all__ = [
     "TooLarge",
     "NotFound",
     "GrantNotFound",
+    "MisCopiedId",
     "LinkRefused",
     "UnknownHandle",
     "RefvaultError",
@@ -94,7 +96,7 @@ NOT_AN_ID = "(not an artifact id)"
 def shown_id(value: object) -> str:
     """``value`` if it is a well-formed artifact id, else :data:`NOT_AN_ID`: the one way an id enters a message.
 
-    An id is 30 characters from ``a-z 2-7 _`` (:func:`refvault.ids.is_artifact_id`), so it cannot carry a
+    An id is 30 or 32 characters from ``a-z 2-7 _`` (:func:`refvault.ids.is_artifact_id`), so it cannot carry a
     newline, an instruction or a look-alike of ``art_``; anything else a caller or a model sent (it may be
     content, or an injection) is never repeated. :class:`BadRef`, :class:`NotFound`, :class:`Expired` and
     :class:`SealedArtifact` build their messages through it (``tests/security/test_bad_ref_echo.py``).
@@ -138,7 +140,7 @@ class BadRef(InvalidArgument):
         self.artifact_id = artifact_id
         if shown_id(artifact_id) == NOT_AN_ID:
             super().__init__(
-                "the value given is not an artifact id (art_ followed by 26 characters a-z, 2-7); "
+                "the value given is not an artifact id (art_ followed by 28 characters a-z, 2-7); "
                 "pass an artifact id from this session"
             )
         else:
@@ -194,6 +196,43 @@ class GrantNotFound(NotFound):
         well_formed = isinstance(grant_id, str) and re.fullmatch(r"grt_[a-z2-7]{26}", grant_id) is not None
         shown = grant_id if well_formed else "(not a grant id)"
         RefvaultError.__init__(self, f"grant {shown} not found in this scope")
+
+
+MISCOPIED = "this id looks mis-copied (a character changed, dropped, doubled or swapped)"
+"""The fixed words every :class:`MisCopiedId` message starts with."""
+
+
+class MisCopiedId(NotFound, InvalidId):
+    """An artifact id that looks mis-copied: a character changed, dropped, doubled or swapped.
+
+    Raised for a string :func:`refvault.ids.id_check` calls ``"miscopied"`` (a new id whose check characters
+    disagree, or a near miss of an id's shape), and for a legacy-length id that names nothing the caller can
+    read while an id the caller can read is within edit distance 2 of it. It is both a :class:`NotFound` (it
+    names nothing) and an :class:`InvalidId` (as given, it is not a usable id), so a handler of either treats
+    it as before.
+
+    ``suggestion`` is the one id the caller may read (its own or shared with it; unexpired, allowed by the
+    tenant's policy, not sealed) within edit distance 2, among the most recent
+    :data:`refvault.vault.miscopy.SUGGESTION_WINDOW`; None when there is none, or more than one
+    (``ambiguous``). The search looks only at the caller's own scope, so an id of another scope is never
+    suggested and an absent id and another scope's get the same answer. The message never repeats the
+    rejected string (it may be content); ``artifact_id`` keeps it as given, for the caller's code, not for
+    display.
+    """
+
+    def __init__(self, artifact_id: str, suggestion: str | None = None, *, ambiguous: bool = False) -> None:
+        from refvault.ids import is_artifact_id  # refvault.ids imports this module
+
+        self.artifact_id = artifact_id
+        self.suggestion = suggestion if is_artifact_id(suggestion) else None
+        self.ambiguous = ambiguous and self.suggestion is None
+        if self.suggestion is not None:
+            message = f"{MISCOPIED}; did you mean {self.suggestion}? Pass that id if it is the one you meant"
+        elif self.ambiguous:
+            message = f"{MISCOPIED}; more than one id you can read is that close to it: copy it again exactly"
+        else:
+            message = f"{MISCOPIED}; no id you can read is close to it: copy it again exactly as it was given"
+        RefvaultError.__init__(self, message)
 
 
 class LinkRefused(NotFound):

@@ -43,9 +43,9 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
 from refvault import __version__
-from refvault.errors import Expired, InvalidArgument, InvalidId, NotFound, RefvaultError
+from refvault.errors import Expired, InvalidArgument, InvalidId, MisCopiedId, NotFound, RefvaultError
 from refvault.guard import LeakGuard
-from refvault.ids import is_artifact_id
+from refvault.ids import id_check, is_artifact_id
 from refvault.model import Descriptor, Scope, is_text
 from refvault.toolbox.taint import model_recipient, recipient_name
 from refvault.toolbox.toolbox import Observation, Toolbox
@@ -88,7 +88,7 @@ MAX_TREE_LINES = 200  # lines of the lineage tree a model is shown
 
 _ID_SCHEMA = {
     "type": "string",
-    "description": "An artifact id (art_ and 26 characters a-z, 2-7), as a preview, listing or tool result gave it.",
+    "description": "An artifact id (art_ and 28 characters a-z, 2-7), as a preview, listing or tool result gave it.",
 }
 COPY_TOOLS: dict[str, dict[str, Any]] = {
     "artifact_lineage": {
@@ -336,6 +336,8 @@ class ArtifactTools:
         reads = {"purpose": box.purpose, "recipient": model_recipient(box.model)}
         try:
             descriptor = await asyncio.to_thread(functools.partial(self.vault.describe, scope, artifact_id, **reads))
+        except MisCopiedId as exc:  # the fixed words, and the id meant when exactly one the caller may read is close
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
         except (NotFound, InvalidId):
             raise not_found(uri) from None
         except Expired as exc:
@@ -377,7 +379,9 @@ def _copy_arguments(name: str, arguments: Mapping[str, Any]) -> tuple[str, str, 
         raise InvalidArgument(f"{name} takes only {', '.join(sorted(allowed))}")
     artifact_id = arguments.get("artifact_id")
     if not is_artifact_id(artifact_id):
-        raise InvalidId("artifact_id must be an artifact id: 'art_' followed by 26 characters a-z, 2-7")
+        if id_check(artifact_id) == "miscopied":
+            raise MisCopiedId(str(artifact_id))
+        raise InvalidId("artifact_id must be an artifact id: 'art_' followed by 28 characters a-z, 2-7")
     direction = arguments.get("direction", "both")
     if direction not in ("both", "up", "down"):
         raise InvalidArgument("direction is 'both', 'up' or 'down'")

@@ -6,7 +6,8 @@ receives, the class that entry names (:func:`error_from_problem`). Neither write
 This module imports no HTTP library: it sits with :mod:`refvault.errors` at the bottom layer.
 
 A problem document is ``{"type": PROBLEM_PREFIX + slug, "title", "status", "detail", "error"}``,
-plus ``reason`` for an :class:`~refvault.errors.InvalidCursor`; ``error`` is the name of the
+plus ``reason`` for an :class:`~refvault.errors.InvalidCursor` and ``suggestion`` for a
+:class:`~refvault.errors.MisCopiedId` that has one; ``error`` is the name of the
 :mod:`refvault.errors` class the error is (or derives from: :func:`public_name`).
 """
 
@@ -53,6 +54,7 @@ PROBLEM_TYPES: tuple[ProblemType, ...] = (
     ProblemType(errors.Unauthenticated, 401, "unauthenticated", "Unauthenticated", fallback=True),
     ProblemType(errors.PolicyDenied, 403, "policy-denied", "Denied by policy"),
     ProblemType(errors.Forbidden, 403, "scope-not-allowed", "Scope not allowed", fallback=True),
+    ProblemType(errors.MisCopiedId, 404, "mis-copied-id", "Mis-copied id"),
     ProblemType(errors.UnsupportedRead, 422, "unsupported-read", "Unsupported read", fallback=True),
     ProblemType(errors.InvalidCursor, 400, "invalid-cursor", "Invalid cursor"),
     ProblemType(errors.InvalidQuery, 400, "invalid-query", "Invalid query"),
@@ -113,17 +115,21 @@ def error_from_problem(
     artifact_id: str,
     reason: object = None,
     retry_after: int = 1,
+    suggestion: object = None,
 ) -> RefvaultError:
     """The error a refvault problem stands for: the class its ``error`` names, else its type's, else its status's.
 
     ``detail`` is the problem's own (already checked fit to show), ``artifact_id`` the id the caller
     asked about (the classes that name an artifact take it from the caller, never from the answer),
-    ``reason`` the problem's ``reason`` (kept only if it is a cursor reason) and ``retry_after`` the
-    seconds of its ``Retry-After``. A problem that names nothing known is a
-    :class:`~refvault.errors.StorageError` that shows its status.
+    ``reason`` the problem's ``reason`` (kept only if it is a cursor reason), ``retry_after`` the
+    seconds of its ``Retry-After`` and ``suggestion`` its ``suggestion`` (kept only if it is a well-formed
+    id). A problem that names nothing known is a :class:`~refvault.errors.StorageError` that shows its status.
     """
     if name == "GrantNotFound":  # ``artifact_id`` is then the grant id the caller asked about
         return errors.GrantNotFound(artifact_id)
+    if name == "MisCopiedId" or (slug == "mis-copied-id" and not name):
+        ambiguous = "more than one" in detail
+        return errors.MisCopiedId(artifact_id, suggestion if isinstance(suggestion, str) else None, ambiguous=ambiguous)
     if name == "NotFound" or (status == 404 and not name):
         return errors.NotFound(artifact_id)
     if name == "Expired" or (status == 410 and not name):

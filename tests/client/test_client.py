@@ -371,9 +371,9 @@ def test_a_toolbox_runs_unchanged_over_a_client(client: Client, scope: Scope) ->
     seen = box.call_sync("count_lines", {"doc": doc.artifact_id}, scope=scope)
     assert not seen.is_error
     assert seen.content == "3 lines, 14 bytes"
-    bad = box.call_sync("count_lines", {"doc": "art_" + "b" * 26}, scope=scope)
+    bad = box.call_sync("count_lines", {"doc": "art_" + "a" * 26}, scope=scope)
     assert bad.is_error
-    assert "art_" + "b" * 26 in bad.content
+    assert "art_" + "a" * 26 in bad.content
 
     big = box.call_sync("report", {"n": 2000}, scope=scope, tool_call_id="call-big")
     assert "offloaded" in big.content

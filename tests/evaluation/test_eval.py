@@ -131,7 +131,7 @@ def test_cli_json_document_and_exit_code_zero() -> None:
     assert {a["trial"] for a in document["attempts"]} == {0, 1}
     assert set(document["attempts"][0]) >= {"property", "kind", "name", "trial", "ok", "outcome", "disclosed"}
     figures = document["figures"]
-    assert set(figures) == {"latency_ms", "tokens_returned", "records_scanned", "bytes", "working_set"}
+    assert set(figures) == {"latency_ms", "tokens_returned", "records_scanned", "bytes", "working_set", "miscopy"}
     context = figures["working_set"]
     assert context["calls"] == 30
     assert context["with"]["peak_request_tokens"] < context["without"]["peak_request_tokens"]
@@ -145,6 +145,8 @@ def test_cli_json_document_and_exit_code_zero() -> None:
     assert stored["artifacts"] > 0
     assert 0 < stored["stored_bytes"] <= stored["store_on_disk_bytes"]
     assert stored["derived_bytes"] < stored["stored_bytes"]
+    assert figures["miscopy"]["corrupted"] == 1000
+    assert figures["miscopy"]["detected_share"] >= 0.99
 
 
 def test_the_command_prints_the_table_in_a_subprocess() -> None:

@@ -46,7 +46,7 @@ from refvault.integrations.adk import (
 from tests.conftest import Tamper
 
 ROOT = Path(__file__).resolve().parents[2]
-ID = re.compile(r"art_[a-z2-7]{26}")
+ID = re.compile(r"art_[a-z2-7]{26}(?:[a-z2-7]{2})?")
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(200)) + b"IEND\xaeB`\x82"
 
 Script = Callable[[LlmRequest, int], list[types.Part]]

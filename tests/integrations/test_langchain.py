@@ -42,7 +42,7 @@ from refvault.ids import is_artifact_id
 from refvault.integrations.langchain import LeakGuardCallback, tools
 
 ROOT = Path(__file__).resolve().parents[2]
-ID = re.compile(r"art_[a-z2-7]{26}")
+ID = re.compile(r"art_[a-z2-7]{26}(?:[a-z2-7]{2})?")
 MODES = ("sync", "async")
 PNG = b"\x89PNG\r\n\x1a\n" + secrets.token_bytes(3000)
 
@@ -310,7 +310,7 @@ def test_bad_id_is_a_recoverable_error(vault: Vault, scope: Scope, mode: str) ->
         assert result.status == "error"
         # A well-formed id is named; a string that is not one is described in fixed words, never repeated.
         named = f"no artifact {artifact_id!r} can be read here" if is_artifact_id(artifact_id) else None
-        shown = named or "the value given is not an artifact id (art_ followed by 26 characters a-z, 2-7)"
+        shown = named or "the value given is not an artifact id (art_ followed by 28 characters a-z, 2-7)"
         assert result.content == f"error: {shown}; pass an artifact id from this session"
         assert artifact_id in model.seen()
     assert "bob's notes" not in model.seen()

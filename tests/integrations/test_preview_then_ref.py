@@ -44,7 +44,7 @@ def _box() -> Toolbox:
 
 
 def _id(text: str) -> str:
-    found = re.search(r"art_[a-z2-7]{26}", text)
+    found = re.search(r"art_[a-z2-7]{26}(?:[a-z2-7]{2})?", text)
     assert found is not None, "the preview names the artifact"
     return found.group()
 

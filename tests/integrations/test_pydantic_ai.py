@@ -39,7 +39,7 @@ from refvault.toolbox import ToolEvent
 from tests.media import png_bytes, wav_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
-ARTIFACT_ID = re.compile(r"art_[a-z2-7]{26}")
+ARTIFACT_ID = re.compile(r"art_[a-z2-7]{26}(?:[a-z2-7]{2})?")
 SCOPE = Scope("acme", "ana", "s1")
 
 Decide = Callable[[list[ModelMessage], AgentInfo], ModelResponse]
@@ -393,7 +393,7 @@ def test_binary_content_returns_are_materialised(vault: Vault) -> None:
     assert set(got) == {"screenshot", "charts", "record"}
     stored: dict[str, bytes] = {}
     for part in got.values():
-        for artifact_id in set(re.findall(r"refvault://(art_[a-z2-7]{26})", part.model_response_str())):
+        for artifact_id in set(re.findall(r"refvault://(art_[a-z2-7]{26}(?:[a-z2-7]{2})?)", part.model_response_str())):
             descriptor = vault.describe(SCOPE, artifact_id)
             assert descriptor.disclosure == "sealed"
             assert descriptor.tool_call_id == part.tool_call_id

@@ -38,7 +38,7 @@ from tests.integrations.scripted import (
 set_tracing_disabled(True)  # nothing may try to export traces over the network
 
 
-ID = re.compile(r"art_[a-z2-7]{26}")
+ID = re.compile(r"art_[a-z2-7]{26}(?:[a-z2-7]{2})?")
 
 
 # name → (the plan, given the sealed id and the secret; whether the guard must stop the run)

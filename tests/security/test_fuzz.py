@@ -42,7 +42,7 @@ def test_only_well_formed_ids_are_accepted(value: str) -> None:
     except InvalidId as exc:
         assert len(value) < 5 or value not in str(exc)
     else:
-        assert re.fullmatch(r"art_[a-z2-7]{26}", value)
+        assert re.fullmatch(r"art_[a-z2-7]{26}(?:[a-z2-7]{2})?", value)
 
 
 def test_minted_ids_are_distinct_and_well_formed() -> None:

@@ -127,7 +127,7 @@ def test_descriptor_has_exactly_the_ten_fields_and_round_trips(vault: Vault, sco
     )
     data = d.to_dict()
     assert tuple(data) == DESCRIPTOR_FIELDS
-    assert re.fullmatch(r"art_[a-z2-7]{26}", d.artifact_id)
+    assert re.fullmatch(r"art_[a-z2-7]{26}(?:[a-z2-7]{2})?", d.artifact_id)
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", d.content_hash)
     assert data["scope"] == {"tenant": "acme", "user": "ana", "session": "s1", "run_id": "run_1"}
     assert data["retrieval"]["media_type"] == "application/json; charset=utf-8"

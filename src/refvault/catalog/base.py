@@ -302,6 +302,11 @@ class Catalog(Protocol):
     def in_scope(self, scope: Scope) -> list[Manifest]:
         """Artifacts of ``scope``, newest first; ties broken by publication order, newest first."""
 
+    def recent_ids(self, scope: Scope, limit: int) -> list[str]:
+        """The ids of at most ``limit`` artifacts of ``scope``, in :meth:`in_scope`'s order, without reading or
+        authenticating their rows: candidates only (:mod:`refvault.vault.miscopy` looks each one it uses up
+        again with :meth:`find`)."""
+
     def set_labels(
         self, scope: Scope, artifact_id: str, labels: frozenset[str], *, audit: AuditEntry | None = None
     ) -> Manifest | None:

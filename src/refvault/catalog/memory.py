@@ -148,6 +148,12 @@ class MemoryCatalog(MemoryBudgets):
         rows.sort(key=lambda row: (row.manifest.created_at, row.seq), reverse=True)
         return [self._manifest(row) for row in rows]
 
+    def recent_ids(self, scope: Scope, limit: int) -> list[str]:
+        with self._lock:
+            rows = [row for row in self._rows.values() if row.manifest.scope == scope]
+        rows.sort(key=lambda row: (row.manifest.created_at, row.seq), reverse=True)
+        return [row.manifest.artifact_id for row in rows[:limit]]
+
     def set_labels(
         self, scope: Scope, artifact_id: str, labels: frozenset[str], *, audit: AuditEntry | None = None
     ) -> Manifest | None:

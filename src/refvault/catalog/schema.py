@@ -18,6 +18,8 @@ from refvault.budgets import COUNTED
 
 __all__ = [
     "AUDIT_MIGRATION",
+    "ID_CHARS",
+    "ID_COLUMNS",
     "LABELS_MIGRATION",
     "MAC_MIGRATION",
     "MIGRATIONS",
@@ -40,13 +42,17 @@ __all__ = [
 
 metadata = sa.MetaData()
 
+ID_CHARS = 32
+"""The width of every artifact id column: ``art_`` and 28 characters (ids minted before the check characters
+have 26; :mod:`refvault.ids`). Widened from 30 by migration 13."""
+
 _Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 artifacts = sa.Table(
     "refvault_artifacts",
     metadata,
     sa.Column("seq", _Seq, primary_key=True, autoincrement=True),
-    sa.Column("artifact_id", sa.String(30), nullable=False, unique=True),
+    sa.Column("artifact_id", sa.String(ID_CHARS), nullable=False, unique=True),
     sa.Column("tenant", sa.String(128), nullable=False),
     sa.Column("user_name", sa.String(128), nullable=False),
     sa.Column("session", sa.String(128), nullable=False),
@@ -149,7 +155,7 @@ grants = sa.Table(
     sa.Column("tenant", sa.String(128), nullable=False),
     sa.Column("owner_user", sa.String(128), nullable=False),
     sa.Column("owner_session", sa.String(128), nullable=False),
-    sa.Column("artifact_id", sa.String(30), nullable=False),
+    sa.Column("artifact_id", sa.String(ID_CHARS), nullable=False),
     sa.Column("grantee_user", sa.String(128), nullable=False),
     sa.Column("grantee_sessions", sa.Text),
     sa.Column("purposes", sa.Text),
@@ -175,7 +181,7 @@ audit = sa.Table(
     sa.Column("session", sa.String(128), nullable=False),
     sa.Column("action", sa.String(32), nullable=False),
     sa.Column("outcome", sa.String(64), nullable=False),
-    sa.Column("artifact_id", sa.String(30)),
+    sa.Column("artifact_id", sa.String(ID_CHARS)),
     sa.Column("purpose", sa.String(128)),
     sa.Column("recipient", sa.String(128)),
     sa.Column("grant_id", sa.String(40)),
@@ -209,8 +215,8 @@ lineage = sa.Table(
     "refvault_lineage",
     metadata,
     sa.Column("tenant", sa.String(128), primary_key=True),
-    sa.Column("source_id", sa.String(30), primary_key=True),
-    sa.Column("derived_id", sa.String(30), primary_key=True),
+    sa.Column("source_id", sa.String(ID_CHARS), primary_key=True),
+    sa.Column("derived_id", sa.String(ID_CHARS), primary_key=True),
     sqlite_with_rowid=False,
 )
 
@@ -220,10 +226,10 @@ marks = sa.Table(
     "refvault_marks",
     metadata,
     sa.Column("tenant", sa.String(128), primary_key=True),
-    sa.Column("artifact_id", sa.String(30), primary_key=True),
+    sa.Column("artifact_id", sa.String(ID_CHARS), primary_key=True),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("at_us", sa.BigInteger, nullable=False),
-    sa.Column("by_id", sa.String(30)),
+    sa.Column("by_id", sa.String(ID_CHARS)),
     sa.Column("rule", sa.String(128)),
     sa.Column("reason_hash", sa.String(64)),
     sa.Column("content_hash", sa.String(71)),
@@ -238,7 +244,7 @@ holds = sa.Table(
     "refvault_holds",
     metadata,
     sa.Column("tenant", sa.String(128), primary_key=True),
-    sa.Column("artifact_id", sa.String(30), primary_key=True),
+    sa.Column("artifact_id", sa.String(ID_CHARS), primary_key=True),
     sa.Column("hold_id", sa.String(40), primary_key=True),
     sa.Column("reason", sa.String(1024), nullable=False),
     sa.Column("at_us", sa.BigInteger, nullable=False),
@@ -256,13 +262,13 @@ evidence = sa.Table(
     sa.Column("session", sa.String(128), nullable=False),
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("decision", sa.String(256), nullable=False),
-    sa.Column("artifact_id", sa.String(30), nullable=False),
+    sa.Column("artifact_id", sa.String(ID_CHARS), nullable=False),
     sa.Column("content_hash", sa.String(71)),
     sa.Column("decided_us", sa.BigInteger, nullable=False),
     sa.Column("recorded_us", sa.BigInteger, nullable=False),
     sa.Column("satisfied", sa.Boolean, nullable=False),
     sa.Column("reasons", sa.String(512), nullable=False),
-    sa.Column("replaces", sa.String(30)),
+    sa.Column("replaces", sa.String(ID_CHARS)),
     sa.Column("explanation", sa.String(1024), nullable=False),
     sa.Column("charged", sa.Text, nullable=False),
     sa.Index("ix_refvault_evidence_run", "tenant", "user_name", "session", "seq"),
@@ -374,6 +380,30 @@ def _v12(conn: sa.Connection) -> None:
     metadata.create_all(conn, tables=[evidence])
 
 
+# Every column that holds an artifact id: (table, column). Migration 13 widens them to ID_CHARS.
+ID_COLUMNS = (
+    ("refvault_artifacts", "artifact_id"),
+    ("refvault_grants", "artifact_id"),
+    ("refvault_audit", "artifact_id"),
+    ("refvault_lineage", "source_id"),
+    ("refvault_lineage", "derived_id"),
+    ("refvault_marks", "artifact_id"),
+    ("refvault_marks", "by_id"),
+    ("refvault_holds", "artifact_id"),
+    ("refvault_evidence", "artifact_id"),
+    ("refvault_evidence", "replaces"),
+)
+
+
+def _v13(conn: sa.Connection) -> None:
+    """Artifact ids with check characters (:mod:`refvault.ids`): every id column widened from 30 to 32
+    characters. Rows are unchanged; SQLite does not enforce a VARCHAR's length, so only PostgreSQL alters."""
+    if conn.dialect.name != "postgresql":
+        return
+    for table, column in ID_COLUMNS:
+        conn.execute(sa.text(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE VARCHAR({ID_CHARS})"))
+
+
 AUDIT_MIGRATION = 5
 LABELS_MIGRATION = 6
 MAC_MIGRATION = 4
@@ -390,4 +420,5 @@ MIGRATIONS: list[tuple[int, Callable[[sa.Connection], None]]] = [
     (10, _v10),
     (11, _v11),
     (12, _v12),
+    (13, _v13),
 ]

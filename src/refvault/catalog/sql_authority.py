@@ -1,6 +1,7 @@
 """The authority records of :class:`~refvault.catalog.sql.SqlCatalog` (mixed in): sharing grants (rows and
 queries in :mod:`refvault.catalog.grant_rows`, each row MAC'd like a manifest) and the audit log (one hash
-chain per tenant, in :mod:`refvault.catalog.audit_rows`). Every method is one transaction or one read.
+chain per tenant, in :mod:`refvault.catalog.audit_rows`), and the candidate ids a read searches when an id
+looks mis-copied (:mod:`refvault.vault.miscopy`). Every method is one transaction or one read.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from refvault.catalog.audit_log import GENESIS, AuditEntry
 from refvault.catalog.base import Grant
 from refvault.catalog.failures import describe, translated
 from refvault.catalog.grant_rows import grant_row, live, of_grantee, of_owner
-from refvault.catalog.schema import grants
+from refvault.catalog.schema import artifacts, grants
+from refvault.catalog.statements import scope_match
 from refvault.errors import StorageError
 from refvault.model import Scope
 
@@ -36,6 +38,15 @@ class SqlAuthority:
 
         def _write(self) -> sa.Connection: ...
         def _read(self) -> sa.Connection: ...
+
+    # -- the ids a mis-copied id is compared with (refvault.vault.miscopy) -----------------
+
+    @translated
+    def recent_ids(self, scope: Scope, limit: int) -> list[str]:
+        newest = (artifacts.c.created_us.desc(), artifacts.c.seq.desc())  # in_scope's order
+        query = sa.select(artifacts.c.artifact_id).where(scope_match(scope)).order_by(*newest).limit(limit)
+        with self._read() as conn:
+            return [str(found) for found in conn.execute(query).scalars()]
 
     # -- sharing grants (rows and queries: refvault.catalog.grant_rows) ------------------
 

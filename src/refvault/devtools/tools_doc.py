@@ -46,7 +46,7 @@ __all__ = ["ARGUMENTS", "DOC_PATH", "EXAMPLE_QUERY", "OPERATORS", "main", "rende
 
 DOC_PATH = Path(__file__).resolve().parents[3] / "docs" / "tools.md"
 
-_ID = "An artifact id (`art_` and 26 characters `a-z`, `2-7`), as a preview, listing or tool result gave it."
+_ID = "An artifact id (`art_` and 28 characters `a-z`, `2-7`), as a preview, listing or tool result gave it."
 _SCOPED = "an id of the caller's scope (another scope's id is answered exactly like an unknown one)"
 
 # (tool, argument) -> (what it means, its constraints). Every bound is the constant that enforces it.

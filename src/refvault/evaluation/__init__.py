@@ -42,6 +42,12 @@ Once per run, the **long run** (:mod:`.long_run`) measures the context working s
 calls of 2-40 KB with a scripted model that goes back to earlier results, with and without
 :class:`refvault.context.WorkingSet` (figures only).
 
+Once per run, not per trial, the **mis-copy run** (:mod:`.miscopy`): 1,000 ids
+with one or two characters changed, dropped, doubled or swapped, resolved by
+the vault; the share detected as mis-copied, the share given the original id
+as the suggestion, and unknown ids wrongly called mis-copied (a figure,
+reported, never asserted: the vault mints the ids).
+
 Invariants (tested in ``tests/evaluation/test_eval.py``):
 
 * **Deterministic counts.** Data and attempts derive from ``seed`` and the

@@ -40,9 +40,11 @@ def eval_command(ctx: click.Context, seed: int | None, trials: int | None, as_js
     evidence gate           unfit evidence must be refused; nothing unfit committed
 
     Also reported, never asserted: latency per read, tokens returned per read,
-    records scanned per query, bytes retained, and a long run (200 tool calls
-    of 2-40 KB, a model going back to earlier results) with and without the
-    context working set: peak and total request tokens, reloads, thrash. Runs offline on the embedded
+    records scanned per query, bytes retained, a long run (200 tool calls of
+    2-40 KB, a model going back to earlier results) with and without the context
+    working set: peak and total request tokens, reloads, thrash; and a mis-copy
+    run (1,000 ids with one or two characters corrupted: the share detected as
+    mis-copied and the share given the original id as the suggestion). Runs offline on the embedded
     default; $REFVAULT_STORE is not used (the eval plants canaries and damages
     blobs, then restores them). Exits 1 on any disclosure, unsupported
     required-evidence commit or false absence conclusion; else 0.

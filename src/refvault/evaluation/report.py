@@ -281,6 +281,14 @@ class EvalReport:
                 f"{kept['reloads']} reloads ({kept['reloads_lossless']} byte-exact), "
                 f"{kept['thrash_events']} thrash events"
             )
+        miscopy = self.figures.get("miscopy", {})
+        if miscopy.get("corrupted"):
+            lines.append(
+                f"mis-copied ids: {miscopy['corrupted']:,} ids with 1-2 characters changed, dropped, doubled or "
+                f"swapped: {miscopy['detected_share']:.1%} detected as mis-copied, {miscopy['suggested_share']:.1%} "
+                f"given the original as the suggestion ({miscopy['wrong_suggestions']} wrong suggestions); "
+                f"{miscopy['controls_called_miscopied']} of {miscopy['controls']:,} unknown ids called mis-copied"
+            )
         return [Text(line) for line in lines]
 
 

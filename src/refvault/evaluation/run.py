@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from refvault.errors import InvalidArgument
-from refvault.evaluation import absence, disclosure, edge, gate, identity, long_run
+from refvault.evaluation import absence, disclosure, edge, gate, identity, long_run, miscopy
 from refvault.evaluation.report import EvalReport
 from refvault.evaluation.world import EvalClock, World
 from refvault.ids import namespace_of
@@ -56,10 +56,12 @@ def run_eval(
             with _captured_logs(world):
                 _run_async(_battery(world, seed, trials))
                 context = _run_async(long_run.run(vault, Scope(world.owner.tenant, "ana", "long-run"), seed))
+                miscopied = miscopy.run(vault, Scope(world.owner.tenant, world.owner.user, "miscopy"), seed)
             stray = world.stray()
             retained = _retained(world)
         retained["store_on_disk_bytes"] = _disk_usage(root)
     figures: dict[str, Any] = {**world.meters.summary(), "bytes": retained, "working_set": context}
+    figures["miscopy"] = miscopied
     return EvalReport(
         seed=seed,
         trials=trials,

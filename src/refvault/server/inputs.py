@@ -18,7 +18,7 @@ from fastapi import Depends, Header
 from starlette.requests import Request
 
 from refvault.errors import InvalidArgument, InvalidMetadata, InvalidQuery, NotFound, TooLarge
-from refvault.ids import is_artifact_id
+from refvault.ids import id_check, is_artifact_id
 from refvault.model import parse_time
 from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT, check_purpose, check_recipient
 from refvault.server.schema import METADATA_FIELDS, QUERY_FIELDS
@@ -94,8 +94,9 @@ Reader = Annotated[ReadFor, Depends(reader)]
 
 
 def checked_id(artifact_id: str) -> str:
-    """The id if it is well formed; else the same NotFound as an absent id (without echoing the string)."""
-    if not is_artifact_id(artifact_id):
+    """The id if it is well formed or mis-copied (the vault then says so, with the id meant if it finds one:
+    :func:`refvault.ids.lookup_id`); else the same NotFound as an absent id (without echoing the string)."""
+    if not is_artifact_id(artifact_id) and id_check(artifact_id) != "miscopied":
         raise NotFound("(not an artifact id)")
     return artifact_id
 

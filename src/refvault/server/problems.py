@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute, Match
 
-from refvault.errors import InvalidCursor, RefvaultError, TooManyRequests
+from refvault.errors import InvalidCursor, MisCopiedId, RefvaultError, TooManyRequests
 from refvault.problems import PROBLEM_MEDIA_TYPE, PROBLEM_PREFIX, problem_type, public_name
 
 __all__ = [
@@ -49,6 +49,7 @@ class Problem(BaseModel):
     detail: str
     error: str
     reason: str | None = None
+    suggestion: str | None = None
 
 
 def problem(
@@ -59,6 +60,7 @@ def problem(
     error: str,
     *,
     reason: str | None = None,
+    suggestion: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     """A problem response; ``detail`` must never hold content or request values."""
@@ -71,6 +73,8 @@ def problem(
     }
     if reason is not None:
         body["reason"] = reason
+    if suggestion is not None:
+        body["suggestion"] = suggestion
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 
@@ -85,7 +89,17 @@ def problem_for(exc: RefvaultError) -> JSONResponse:
         headers = {"Retry-After": str(exc.retry_after)}
     detail = UNAUTHENTICATED_DETAIL if status == 401 else _message(exc)
     reason = exc.reason if isinstance(exc, InvalidCursor) else None
-    return problem(status, entry.slug, entry.title, detail, public_name(exc), reason=reason, headers=headers)
+    suggestion = exc.suggestion if isinstance(exc, MisCopiedId) else None
+    return problem(
+        status,
+        entry.slug,
+        entry.title,
+        detail,
+        public_name(exc),
+        reason=reason,
+        suggestion=suggestion,
+        headers=headers,
+    )
 
 
 def _message(exc: BaseException) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from refvault.errors import BadRef, Expired, InvalidArgument, InvalidId, NotFound
+from refvault.errors import BadRef, Expired, InvalidArgument, InvalidId, MisCopiedId, NotFound
 from refvault.toolbox.ref import DispatchFrame, Ref
 
 __all__ = ["MAX_DEPTH", "bind_refs"]
@@ -31,7 +31,9 @@ def bind_refs(arguments: BaseModel, frame: DispatchFrame) -> list[str]:
     :data:`MAX_DEPTH` levels; a cycle is refused. An id that is empty,
     malformed, unknown, expired or another scope's raises :class:`BadRef`:
     it names a well-formed id and nothing else, and says in fixed words that
-    anything else is not an artifact id (never repeating it). Resolving the
+    anything else is not an artifact id (never repeating it); an id that looks
+    mis-copied raises :class:`~refvault.errors.MisCopiedId` instead (the id meant,
+    when the vault finds exactly one in the caller's scope). Resolving the
     same id twice in one call is a no-op.
     """
     found: list[str] = []
@@ -74,6 +76,8 @@ def _resolve(artifact_id: str, frame: DispatchFrame, found: list[str]) -> None:
         return
     try:
         descriptor = frame.vault.describe(frame.scope, artifact_id, purpose=frame.purpose, recipient=frame.recipient)
+    except MisCopiedId:
+        raise  # says so, with the id meant when exactly one the caller may read is close (never the string given)
     except (InvalidId, NotFound, Expired):
         raise BadRef(artifact_id) from None
     frame.admit(artifact_id, descriptor)

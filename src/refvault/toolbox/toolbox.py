@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pydantic import ValidationError
 
 from refvault.budgets import Budget
-from refvault.errors import BadRef, InvalidArgument, InvalidType, PolicyDenied, RefvaultError
+from refvault.errors import BadRef, InvalidArgument, InvalidType, MisCopiedId, PolicyDenied, RefvaultError
 from refvault.ids import is_artifact_id
 from refvault.limits import DEFAULT_PREVIEW_CHARS as DEFAULT_PREVIEW_CHARS  # re-exported, as before
 from refvault.limits import MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS, ModelCaps, caps_for_model
@@ -533,6 +533,8 @@ class Toolbox:
             refs = bind_refs(validated, frame)
         except BadRef as exc:
             return self._refused(name, run_id, tool_call_id, str(exc), "BadRef")
+        except MisCopiedId as exc:  # a Ref argument that looks mis-copied: the id meant, if one is close
+            return self._refused(name, run_id, tool_call_id, str(exc), "MisCopiedId")
         except PolicyDenied as exc:  # the caller's own artifact, refused for this tool: the rule is named
             return self._refused(name, run_id, tool_call_id, str(exc), "PolicyDenied")
         except ValueError as exc:

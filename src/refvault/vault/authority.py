@@ -10,7 +10,10 @@ artifact up for a read. In order:
    from the catalog (its row's MAC checked there).
 2. **Sharing.** Otherwise :func:`_shared` (the grants hook of :mod:`refvault.vault.grants`): the
    manifest as a grantee sees it, when a live grant to the caller covers this purpose and
-   recipient; else :class:`~refvault.errors.NotFound`, the same error as an absent id.
+   recipient; else :class:`~refvault.errors.NotFound`, the same error as an absent id. Every
+   ``NotFound`` of a read (this one and those below) goes through
+   :func:`refvault.vault.miscopy.not_found`, which makes it a :class:`~refvault.errors.MisCopiedId`
+   for an id that looks mis-copied, searching the caller's own scope only.
 3. **Expiry.** Past ``expires_at``: :class:`~refvault.errors.Expired` for the owner,
    :class:`~refvault.errors.NotFound` for anyone else (only the owner may learn it existed).
 4. **Policy.** :func:`refvault.policy.decide` of the tenant's policy on the manifest's labels,
@@ -43,7 +46,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from refvault.catalog.base import Catalog, Manifest
 from refvault.errors import Expired, InvalidArgument, NotFound, PolicyDenied, StorageError
-from refvault.ids import check_artifact_id, check_name, namespace_of
+from refvault.ids import IdCheck, check_name, id_check, is_artifact_id, lookup_id, namespace_of
 from refvault.model import Scope, format_time
 from refvault.policy import (
     DEFAULT_PURPOSE,
@@ -54,6 +57,7 @@ from refvault.policy import (
     check_recipient,
     decide,
 )
+from refvault.vault.miscopy import not_found
 
 T = TypeVar("T")
 
@@ -114,10 +118,38 @@ def authorize(
     """
     if not isinstance(scope, Scope):
         raise InvalidArgument("scope must be a refvault.Scope(tenant=..., user=..., session=...)")
-    artifact_id = check_artifact_id(artifact_id)
+    kind = id_check(artifact_id)
+    artifact_id = lookup_id(artifact_id)
     purpose, recipient = checked_reader(purpose, recipient)
     if facts is not None:
         facts.update(purpose=purpose, recipient=recipient, rule_id=None, grant_id=None)
+    try:
+        if not is_artifact_id(artifact_id):  # mis-copied: nothing to look up, only the neighbours to search
+            raise NotFound(artifact_id)
+        return _authorize(vault, scope, artifact_id, purpose, recipient, facts)
+    except NotFound:  # absent, or not this caller's: the same answer, from the caller's own scope only
+        if kind == "valid":
+            raise  # a new id whose check agrees: simply unknown, nothing searched
+        raise _not_found(vault, scope, artifact_id, kind, purpose, recipient) from None
+
+
+def _not_found(vault: Vault, scope: Scope, artifact_id: str, kind: IdCheck, purpose: str, recipient: str) -> NotFound:
+    """:func:`refvault.vault.miscopy.not_found`, searching what :meth:`refvault.Vault.list` shows ``scope``."""
+    from refvault.vault.grants import shared_manifests
+
+    return not_found(
+        vault.catalog,
+        scope,
+        artifact_id,
+        kind,
+        shared=lambda: shared_manifests(vault.catalog, scope, vault.clock(), purpose=purpose, recipient=recipient),
+        readable=lambda manifest: permitted(vault, scope, manifest, purpose=purpose, recipient=recipient),
+    )
+
+
+def _authorize(
+    vault: Vault, scope: Scope, artifact_id: str, purpose: str, recipient: str, facts: dict[str, Any] | None
+) -> Manifest:
     manifest = vault.catalog.find(scope, artifact_id)
     owner = manifest is not None
     if manifest is None:
