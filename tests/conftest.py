@@ -4,7 +4,8 @@ A backend is a factory ``(request, tmp_path, **vault_options) -> Vault`` plus a
 ``Tamper`` that damages stored bytes the way a disk, an operator or an
 attacker could. The scale-out backend ("s3+postgres") runs on a real
 PostgreSQL and a real SeaweedFS S3 gateway, started once per session by
-``tests/servers.py``; each vault gets its own database and key prefix.
+``tests/servers.py``; each vault gets its own database and key prefix (a catalog schema
+replayed from one migrated per session: ``fresh_catalog``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from refvault.blobs.filesystem import FilesystemBlobStore
 from refvault.blobs.memory import MemoryBlobStore
 from refvault.catalog.memory import MemoryCatalog
 from refvault.catalog.sql import SqlCatalog
-from tests.servers import S3Endpoint, fresh_database, fresh_prefix, run_postgres, run_seaweedfs
+from tests.servers import S3Endpoint, fresh_catalog, fresh_prefix, run_postgres, run_seaweedfs
 
 
 def payload(size: int, seed: int = 0) -> bytes:
@@ -133,7 +134,7 @@ def _embedded(request: pytest.FixtureRequest, tmp_path: Path, **options: Any) ->
 def _scaled(request: pytest.FixtureRequest, tmp_path: Path, **options: Any) -> Vault:
     database: str = request.getfixturevalue("postgres_url")
     s3: S3Endpoint = request.getfixturevalue("s3_server")
-    return Vault.open(fresh_database(database), blobs=fresh_prefix(s3), s3_endpoint=s3.url, **options)
+    return Vault.open(fresh_catalog(database), blobs=fresh_prefix(s3), s3_endpoint=s3.url, **options)
 
 
 BACKENDS: dict[str, Callable[..., Vault]] = {"memory": _memory, "embedded": _embedded, "s3+postgres": _scaled}

@@ -27,7 +27,7 @@ from refvault.catalog.base import Catalog
 from refvault.catalog.memory import MemoryCatalog
 from refvault.catalog.sql import SqlCatalog
 from refvault.errors import InvalidArgument, StorageError
-from tests.servers import fresh_database
+from tests.servers import fresh_catalog
 
 
 def draft(n: int, tenant: str = "acme", action: str = "read") -> AuditEntry:
@@ -60,7 +60,7 @@ def catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]
     elif request.param == "sqlite":
         opened = SqlCatalog.for_file(tmp_path / "catalog.db")
     else:
-        opened = SqlCatalog(fresh_database(request.getfixturevalue("postgres_url")))
+        opened = SqlCatalog(fresh_catalog(request.getfixturevalue("postgres_url")))
     yield opened
     opened.close()
 

@@ -13,7 +13,7 @@ from refvault.catalog.base import ApiKey, Catalog
 from refvault.catalog.memory import MemoryCatalog
 from refvault.catalog.sql import SqlCatalog
 from refvault.errors import StorageError
-from tests.servers import fresh_database
+from tests.servers import fresh_catalog
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -26,7 +26,7 @@ def catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Catalog]
     elif request.param == "sqlite":
         made = SqlCatalog.for_file(tmp_path / "catalog.db")
     else:
-        made = SqlCatalog(fresh_database(request.getfixturevalue("postgres_url")))
+        made = SqlCatalog(fresh_catalog(request.getfixturevalue("postgres_url")))
     yield made
     made.close()
 

@@ -1,6 +1,7 @@
 """Child process for ``tests/security/test_crash.py``: capture artifacts until killed.
 
-Usage: ``python crash_writer.py STORE SEED [--broken]``
+Usage: ``python crash_writer.py STORE SEED [--broken]``; the test forks it from a forkserver
+(:func:`forked_main`).
 
 Opens the embedded store at STORE, prints ``ready``, then runs two threads
 that loop forever over puts (fresh, shared and idempotent content, inline- and
@@ -167,6 +168,15 @@ def main(argv: list[str]) -> None:
         thread.start()
     for thread in threads:
         thread.join()
+
+
+def forked_main(argv: list[str], out: str, err: str) -> None:
+    """:func:`main` in a process forked by the test (not started from a command line): stdout to ``out``, stderr to
+    ``err``."""
+    sys.stdout = open(out, "w", buffering=1)  # noqa: SIM115 - the process's stdout until it is killed
+    sys.stderr = open(err, "w", buffering=1)  # noqa: SIM115
+    os.dup2(sys.stderr.fileno(), 2)  # what the interpreter itself writes (a fatal error) goes there too
+    main(argv)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from refvault.catalog.audit_log import AuditEntry, seal
 from refvault.catalog.schema import audit, audit_heads
 from refvault.catalog.sql import SqlCatalog
 from refvault.errors import NotFound, RefvaultError
-from tests.servers import fresh_database
+from tests.servers import fresh_catalog, fresh_database
 
 SCOPE = Scope("acme", "ana", "s1")
 OTHER = Scope("acme", "bob", "s1")
@@ -39,7 +39,7 @@ def sql_vault(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Vault]
     if request.param == "sqlite":
         opened = Vault.open(tmp_path / "store")
     else:
-        opened = Vault.open(fresh_database(request.getfixturevalue("postgres_url")), blobs=str(tmp_path / "blobs"))
+        opened = Vault.open(fresh_catalog(request.getfixturevalue("postgres_url")), blobs=str(tmp_path / "blobs"))
     yield opened
     opened.close()
 

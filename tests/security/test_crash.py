@@ -7,9 +7,11 @@ reference to missing or partial bytes, and never a lost acknowledged put.
 
 ``tests/security/crash_writer.py`` runs in child processes that share one store and
 capture artifacts in a loop, printing each acknowledged id. The parent kills
-them at seeded random moments (during start-up, during puts, during deletes
-and concurrent ``gc``), restarts them on the same store, and finally runs
-:func:`check_store`, which returns a list of violations. The same harness
+them at seeded random moments (while they open the store, during puts, during
+deletes and concurrent ``gc``), restarts them on the same store, and finally runs
+:func:`check_store`, which returns a list of violations. The children are forked
+from a ``forkserver`` that has imported refvault already (a fresh interpreter per
+kill would spend most of the run importing); each is a brand-new process. The same harness
 and checker, run against a writer that commits manifests before their bytes
 are in place, must report violations: that proves the checker can fail.
 
@@ -21,17 +23,16 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import multiprocessing
 import os
 import random
 import secrets
 import shutil
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -47,6 +48,7 @@ MIN_ACKS = 50  # the children must have done real work, even on a slow machine
 BROKEN_MAX_KILLS = 60
 SLOTS = 2  # concurrent children sharing the store
 READY_TIMEOUT = 60.0
+PRELOAD = ["refvault", "refvault.vault.core", "refvault.catalog.sql", "refvault.blobs.filesystem"]
 OLD = 2 * 3600.0  # seconds: older than the default grace
 
 
@@ -104,7 +106,7 @@ class Harvest:
 
 @dataclass
 class Child:
-    process: subprocess.Popen[bytes]
+    process: Any  # a multiprocessing process
     log: Path
     errors: Path
     started: float
@@ -123,16 +125,26 @@ class Child:
         return self.ready() and now >= (self.ready_at or now) + self.delay
 
 
+def _context() -> Any:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return context
+
+
 def _spawn(store: Path, logs: Path, number: int, rng: random.Random, broken: bool) -> Child:
+    from tests.security.crash_writer import forked_main
+
     log, errors = logs / f"child-{number}.out", logs / f"child-{number}.err"
-    argv = [sys.executable, str(WRITER), str(store), str(rng.randrange(2**32))]
+    argv = [str(store), str(rng.randrange(2**32))]
     if broken:
         argv.append("--broken")
-    with log.open("wb") as out, errors.open("wb") as err:
-        process = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    log.touch()
+    errors.touch()
+    process = _context().Process(target=forked_main, args=(argv, str(log), str(errors)))
+    process.start()
     roll = rng.random()
-    if roll < 0.1:  # during interpreter start-up, import or Vault.open (migrations, WAL set-up)
-        wait_ready, delay = False, rng.uniform(0.0, 0.4)
+    if roll < 0.1:  # during Vault.open (WAL set-up, migration check, key file): a forked child gets there at once
+        wait_ready, delay = False, rng.uniform(0.0, 0.05)
     elif roll < 0.85:
         wait_ready, delay = True, rng.uniform(0.0, 0.15)
     else:
@@ -162,9 +174,9 @@ def run_kill_harness(
                 started += 1
             now = time.monotonic()
             for child in list(running):
-                if child.process.poll() is not None:
+                if not child.process.is_alive():
                     stderr = child.errors.read_text()[-2000:]
-                    harvest.unexpected_exits.append(f"child exited by itself ({child.process.returncode}): {stderr}")
+                    harvest.unexpected_exits.append(f"child exited by itself ({child.process.exitcode}): {stderr}")
                 elif child.due(now):
                     child.process.kill()  # SIGKILL
                     harvest.kills += 1
@@ -173,7 +185,8 @@ def run_kill_harness(
                     harvest.unexpected_exits.append("child never became ready")
                 else:
                     continue
-                child.process.wait()
+                child.process.join()
+                child.process.close()
                 harvest.read(child.log)
                 running.remove(child)
             if harvest.unexpected_exits:
@@ -182,7 +195,8 @@ def run_kill_harness(
     finally:
         for child in running:
             child.process.kill()
-            child.process.wait()
+            child.process.join()
+            child.process.close()
         harvest.children += started
     return harvest
 

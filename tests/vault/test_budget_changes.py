@@ -14,7 +14,7 @@ from refvault import Budget, BudgetExceeded, Scope, Vault
 from refvault.blobs.memory import MemoryBlobStore
 from refvault.catalog.memory import MemoryCatalog
 from refvault.vault import budgeting
-from tests.servers import fresh_database
+from tests.servers import fresh_catalog
 
 RUN = Scope("acme", "ana", "run")
 REFRESH = 0.05  # the tests shorten the refresh bound (the production one is a second)
@@ -33,7 +33,7 @@ def servers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Va
         with Vault(blobs, catalog) as here, Vault(blobs, catalog) as there:
             yield here, there
     elif request.param == "postgres":
-        url, blobs_dir = fresh_database(request.getfixturevalue("postgres_url")), str(tmp_path / "blobs")
+        url, blobs_dir = fresh_catalog(request.getfixturevalue("postgres_url")), str(tmp_path / "blobs")
         with Vault.open(url, blobs=blobs_dir) as here, Vault.open(url, blobs=blobs_dir) as there:
             yield here, there
     else:
