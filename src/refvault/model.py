@@ -546,7 +546,7 @@ def check_derived_from(value: object) -> tuple[str, ...]:
     ids: list[str] = []
     for item in value:
         if not is_artifact_id(item):
-            raise InvalidMetadata("derived_from must hold artifact ids (art_ and 26 base32 characters)")
+            raise InvalidMetadata("derived_from must hold artifact ids (art_ and 28 base32 characters; older ids: 26)")
         if item not in ids:
             ids.append(item)
         if len(ids) > MAX_DERIVED_FROM:
