@@ -23,7 +23,8 @@ def test_a_read_tool_tells_the_model_the_id_looks_miscopied_and_the_id_it_meant(
     original = vault.put(SCOPE, b"line one\nline two\n", media_type="text/plain").artifact_id
     vault.put(SCOPE, b"another\n", media_type="text/plain")
     box = Toolbox(vault)
-    bad = original[:9] + original[10] + original[9] + original[11:]  # two neighbours swapped
+    at = next(i for i in range(9, len(original) - 1) if original[i] != original[i + 1])  # two that differ
+    bad = original[:at] + original[at + 1] + original[at] + original[at + 2 :]  # two neighbours swapped
     assert bad != original
     for name, arguments in [
         ("read_artifact", {"artifact_id": bad, "lines": [0, 1]}),
