@@ -33,6 +33,7 @@ from refvault.demo.incident import RUNBOOK, RUNBOOK_SPAN
 from refvault.guard import LeakGuard
 from refvault.model import DESCRIPTOR_FIELDS, Scope
 from refvault.toolbox import Ref, Toolbox
+from refvault.toolbox.trail import ToolCall
 from refvault.vault.core import Vault
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "incident_mcp_server.py"
@@ -325,6 +326,33 @@ def test_evidence_lists_every_artifact_with_its_digest(doc: dict[str, Any], vaul
                 assert list(value) == sorted(value)
         data = vault.read_bytes(OWNER, d["artifact_id"])
         assert "sha256:" + hashlib.sha256(data).hexdigest() == d["content_hash"]
+
+
+def test_the_kept_store_audits_each_tool_call_of_the_run_in_its_session(doc: dict[str, Any], vault: Vault) -> None:
+    entries = vault.audit(OWNER, limit=10_000)
+    trail = [(e, c) for e in entries if (c := ToolCall.from_entry(e)) is not None]
+    assert {(e.tenant, e.user, e.session) for e, _ in trail} == {("acme", "oncall", "incident-20261106")}
+    tools = [c.tool for _, c in trail]
+    assert tools[:2] == ["capture_incident_events", "query_artifact"]
+    assert {"summarise_runbook", "runbook_section", "restart_service"} <= set(tools)
+    first, restart = facts(doc, "pinned")["first"]["artifact_id"], facts(doc, "restart")["artifact_id"]
+    captured = [c for _, c in trail if c.tool == "capture_incident_events"]
+    assert captured[0].produced == (first,)
+    assert all(c.took == () and len(c.produced) == 1 for c in captured)
+    assert restart in {c.produced[0] for c in captured}
+    [(restarting, restarted)] = [(e, c) for e, c in trail if c.tool == "restart_service"]
+    assert (restarted.outcome, restarted.took, restarted.produced) == ("ok", (restart,), ())
+    assert restarting.seq > max(e.seq for e, c in trail if c.produced == (restart,))
+    runbook = facts(doc, "runbook")["runbook_id"]
+    assert [c.took for _, c in trail if c.tool == "runbook_section"] == [(runbook,)]
+    # the guard's stop and the evidence gate's decisions are on the record of the same run
+    stops = [e for e in entries if e.action == "guard_stop"]
+    assert [e.artifact_id for e in stops] == [runbook]
+    decisions = vault.catalog.evidence_records("acme", "oncall", "incident-20261106", limit=1000)
+    decided = {(r.decision, r.artifact_id, r.satisfied) for r in decisions}
+    assert ("restart checkout", restart, False) in decided
+    assert len({r.decision for r in decisions}) == len(doc["evidence"]["conclusions"])
+    assert vault.verify_audit("acme").ok
 
 
 # -- the CLI, the default store, failures -----------------------------------------------------------------------------

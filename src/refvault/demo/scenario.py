@@ -21,6 +21,11 @@ facts from the ``--json`` output and, independently, from the store (``test_capt
    of it is stopped by the guard at the next request, and the harness withholds that result.
 6. **restart**: a collection partition leaves us-east out; the capture says ``partial`` with an omission;
    the gated restart is refused with the gate's reasons and the model defers it.
+
+The run is on the record, in :data:`SCOPE` (its session is the run): the Toolbox audits every tool call
+(``tool_call`` entries, ``audit_calls=True``: :mod:`refvault.toolbox.trail`), its guard every request it stops
+(``guard_stop``), and every decision of the evidence gate (the restart tool's and the harness's) is recorded as the
+run's evidence (``vault.record_evidence``), so a store kept with ``--store`` holds the whole run.
 """
 
 from __future__ import annotations
@@ -50,11 +55,12 @@ from refvault.demo.incident import (
     iso,
 )
 from refvault.demo.transcript import Check, Conclusion, Investigation, Step
-from refvault.evidence import Requirement, check, reread
+from refvault.evidence import Requirement, Verdict, check, record, reread
 from refvault.guard import LeakGuard
 from refvault.model import Scope, parse_time
 from refvault.read import records
 from refvault.read.previews import RecordsSummary, preview
+from refvault.runs import MAX_DECISION
 from refvault.scripted import ScriptedRun, Seen, Turn, answer, call, calls, mcp_tools, requests_containing
 from refvault.toolbox import Ref, Toolbox, ToolContext
 from refvault.vault import Vault
@@ -177,6 +183,7 @@ def _register(box: Toolbox, world: _World) -> None:
             read=lambda: records.query(
                 ctx.vault, ctx.scope, evidence, where={"field": "service", "op": "eq", "value": service}, limit=1
             ),
+            decision=f"restart {service}",  # the gate's decision, recorded in the run's evidence
         )
         if not verdict.satisfied:
             return {"status": "refused", "action": f"restart {service}", "verdict": verdict.to_dict()}
@@ -324,6 +331,13 @@ class _Context:
     png_base64: str | None = None  # the screenshot's bytes as base64: found in no request
 
 
+def _decided(ctx: _Context, claim: str, step: int, verdict: Verdict) -> None:
+    """A decision of the evidence gate the harness made: recorded in the run's evidence (``vault.record_evidence``,
+    with the vault's content hash) and reported as a conclusion."""
+    record(ctx.vault, SCOPE, verdict, decision=claim[:MAX_DECISION])
+    ctx.found.conclusions.append(Conclusion(claim, step, verdict.to_dict()))
+
+
 def _contents(turns: Sequence[Turn], name: str) -> list[str]:
     """What the model got back from each call of tool ``name`` in ``turns``."""
     return [record.content for turn in turns for record in turn.calls if record.call.name == name]
@@ -386,11 +400,11 @@ async def _step_absence(ctx: _Context, step: Step) -> Check:
     descriptor = ctx.vault.describe(SCOPE, ctx.ids["first"])
     verdict = check(ABSENCE, descriptor, at=CONCLUDED_AT, read=response)
     claim = f"no critical events in eu-west 04:00-04:10 in snapshot {descriptor.source_version.get('snapshot_id')}"
-    ctx.found.conclusions.append(Conclusion(claim, 2, verdict.to_dict()))
+    _decided(ctx, claim, 2, verdict)
     refused = []
     for claim, requirement in NOT_ESTABLISHED:
         not_established = check(requirement, descriptor, at=CONCLUDED_AT, read=response)
-        ctx.found.conclusions.append(Conclusion(claim, 2, not_established.to_dict()))
+        _decided(ctx, claim, 2, not_established)
         refused.append(not not_established.satisfied)
     final = step.turns[-1].reply
     said = final.content if final is not None and final.content else ""
@@ -453,20 +467,18 @@ async def _step_pinned(ctx: _Context, step: Step) -> Check:
         at=CONCLUDED_AT,
         read=lambda: records.query(ctx.vault, SCOPE, first.artifact_id, where=CRITICAL),
     )
-    ctx.found.conclusions.append(
-        Conclusion(
-            f"after the re-export, {first.artifact_id} still holds snapshot …043950's bytes and the step-2 "
-            "conclusion (re-hashed, re-read in full)",
-            3,
-            pinned.to_dict(),
-        )
+    _decided(
+        ctx,
+        f"after the re-export, {first.artifact_id} still holds snapshot …043950's bytes and the step-2 "
+        "conclusion (re-hashed, re-read in full)",
+        3,
+        pinned,
     )
-    ctx.found.conclusions.append(
-        Conclusion(
-            f"the read of the re-export {second.artifact_id} supports the conclusion drawn from {first.artifact_id}",
-            3,
-            mismatch.to_dict(),
-        )
+    _decided(
+        ctx,
+        f"the read of the re-export {second.artifact_id} supports the conclusion drawn from {first.artifact_id}",
+        3,
+        mismatch,
     )
     facts = {
         "first": {"artifact_id": first.artifact_id, "filename": first.filename, "content_hash": first.content_hash},
@@ -656,9 +668,7 @@ async def _step_restart(ctx: _Context, step: Step) -> Check:
     )
     first = ctx.vault.describe(SCOPE, ctx.ids["first"])
     stale = check(RESTART, first, at=DECISION_AT)
-    ctx.found.conclusions.append(
-        Conclusion(f"restart checkout on snapshot {first.source_version.get('snapshot_id')}", 6, stale.to_dict())
-    )
+    _decided(ctx, f"restart checkout on snapshot {first.source_version.get('snapshot_id')}", 6, stale)
     codes = [reason["code"] for reason in verdict["reasons"]]
     final = step.turns[-1].reply
     said = final.content if final is not None and final.content else ""
@@ -704,7 +714,7 @@ _STEPS: tuple[tuple[str, str, Callable[[_Context, Step], Awaitable[Check]]], ...
 async def investigate(vault: Vault) -> Investigation:
     """Run the six steps on ``vault`` (in :data:`SCOPE`); every step runs even if an earlier check failed."""
     world = _World()
-    box = Toolbox(vault)
+    box = Toolbox(vault, audit_calls=True)  # each tool call in the run's audit chain (refvault.toolbox.trail)
     _register(box, world)
     run = ScriptedRun(box, SCOPE, run_id=RUN_ID, system=SYSTEM)
     found = Investigation()

@@ -12,7 +12,8 @@ Invariants (tested in ``tests/toolbox/test_taint.py``):
 * **Reads through the ToolContext count too.** A tool handed a :class:`~refvault.toolbox.ToolContext` gets
   a :class:`ContextReads` as its ``vault``: every artifact it reads there (describe, bytes, ranges,
   streams, selective reads) joins the call's labels and ``derived_from``, and whatever it ``put``s there
-  carries them too. So no door of the Toolbox lets a tool drop a label.
+  carries them too (and is noted in :attr:`ContextReads.written`: what the call produced). So no door of
+  the Toolbox lets a tool drop a label.
 * **A labelled text result the model may not see is captured, not inlined.** :func:`model_may_see`
   asks the tenant's policy (:func:`refvault.policy.decide` for the model recipient and the
   Toolbox's purpose): a local vault's, or the one an HTTP client's server reports. With no policy
@@ -137,6 +138,8 @@ class ContextReads:
         self._lock = threading.Lock()
         self.read: dict[str, frozenset[str]] = {}
         """The artifacts the tool read through this vault, and their labels."""
+        self.written: list[str] = []
+        """The artifacts the tool put through this vault, in order."""
 
     def labels(self) -> frozenset[str]:
         """The union of the labels of every artifact the tool read through this vault."""
@@ -181,4 +184,9 @@ class ContextReads:
         named = [*(metadata.get("derived_from") or ()), *self._refs, *self.read]
         metadata["labels"] = labels
         metadata["derived_from"] = tuple(dict.fromkeys(named))
-        return self._vault.put(scope, data, **metadata)
+        stored = self._vault.put(scope, data, **metadata)
+        artifact_id = getattr(stored, "artifact_id", None)
+        if isinstance(artifact_id, str):
+            with self._lock:
+                self.written.append(artifact_id)
+        return stored

@@ -83,6 +83,7 @@ from refvault.toolbox.taint import (
     recipient_name,
     tenant_policy,
 )
+from refvault.toolbox.trail import TOOL_CALL, call_selection
 from refvault.toolbox.values import DEFAULT as DEFAULT  # re-exported, as before
 from refvault.toolbox.values import Artifact, Observation, ToolContext, ToolEvent, artifact_summary, joined_text
 
@@ -120,6 +121,7 @@ class Toolbox:
         budget: Budget | None = None,
         keep_results: bool = False,
         model_context_tokens: int | None = None,
+        audit_calls: bool = False,
     ) -> None:
         """``read_tools`` registers describe/list/read/query/load_artifacts; offloading needs them.
 
@@ -148,6 +150,11 @@ class Toolbox:
         :class:`~refvault.guard.contract.Guard`) that learns every value a tool
         reads by reference (default: one made on first use; None: none). Check
         outgoing model requests with ``box.guard.check``.
+        ``audit_calls=True`` appends, when the vault keeps the audit here (an embedded vault), one ``tool_call``
+        entry per dispatched call to the tenant's audit chain, in the call's scope: the tool's name, its outcome
+        (``"ok"`` or the error class name) and the ids of the artifacts it took and produced, never an argument
+        value or content (:mod:`refvault.toolbox.trail`, whose :class:`~refvault.toolbox.trail.ToolCall` reads
+        them back).
         """
         scaled = caps_for_model(model_context_tokens)  # a bad size: InvalidArgument, saying what is accepted
         if (
@@ -187,6 +194,9 @@ class Toolbox:
         if not isinstance(keep_results, bool):
             raise InvalidArgument("keep_results must be True or False")
         self.keep_results = keep_results
+        if not isinstance(audit_calls, bool):
+            raise InvalidArgument("audit_calls must be True or False")
+        self.audit_calls = audit_calls
         self._guard = guard
         self._served: Scope | None = None  # the scope of the latest call: whose tenant's policy the guard asks
         self._policy_cache: tuple[str, float, Policy | None] | None = None
@@ -253,6 +263,34 @@ class Toolbox:
         if scope is None or not callable(embedded):
             return None
         return scope, embedded()
+
+    def _audit_call(
+        self,
+        scope: Scope,
+        tool: str | None,
+        outcome: str,
+        took: Sequence[str] = (),
+        produced: Sequence[str] = (),
+    ) -> None:
+        """With ``audit_calls``, append the ``tool_call`` entry of one dispatched call in its scope, when the vault
+        keeps the audit here (an embedded one): ids, the tool's name and the outcome only
+        (:mod:`refvault.toolbox.trail`). An artifact the tool put and then read back is one it produced, not took."""
+        if not self.audit_calls or not isinstance(scope, Scope):
+            return
+        embedded = getattr(self.vault, "embedded_vault", None)
+        if not callable(embedded):
+            return
+        vault: Vault = embedded()
+        made = tuple(dict.fromkeys(produced))
+        vault.audit_event(
+            TOOL_CALL,
+            scope,
+            made[0] if made else None,
+            outcome=outcome,
+            detail=tool,
+            selection=call_selection([i for i in dict.fromkeys(took) if i not in made], made),
+            records=len(made),
+        )
 
     def _ledger_pass(self, passes: Sequence[tuple[str, str, int]], recipient: str, purpose: str) -> None:
         """Record in the disclosure ledger each model request the default guard let through carrying content
@@ -518,27 +556,28 @@ class Toolbox:
         tool = self._tools_for(caps).get(name)
         if tool is None:
             shown = name if len(name) <= 64 else name[:64] + "…"
-            return self._refused(shown, run_id, tool_call_id, f"unknown tool {shown!r}", "UnknownTool")
+            message = f"unknown tool {shown!r}"
+            return self._refused(shown, run_id, tool_call_id, scope, message, "UnknownTool", registered=False)
         try:
             if isinstance(arguments, str):
                 validated = tool.arguments.model_validate_json(arguments or "{}")
             else:
                 validated = tool.arguments.model_validate(dict(arguments))
         except (ValidationError, TypeError, ValueError) as exc:
-            return self._refused(name, run_id, tool_call_id, validation_message(exc), "BadArguments")
+            return self._refused(name, run_id, tool_call_id, scope, validation_message(exc), "BadArguments")
         as_tool = tool_recipient(tool.name)
         protect = None if self._guard is None else self._protect
         frame = DispatchFrame(self.vault, scope, run_id, protect, purpose=self.purpose, recipient=as_tool)
         try:
             refs = bind_refs(validated, frame)
         except BadRef as exc:
-            return self._refused(name, run_id, tool_call_id, str(exc), "BadRef")
+            return self._refused(name, run_id, tool_call_id, scope, str(exc), "BadRef")
         except MisCopiedId as exc:  # a Ref argument that looks mis-copied: the id meant, if one is close
-            return self._refused(name, run_id, tool_call_id, str(exc), "MisCopiedId")
+            return self._refused(name, run_id, tool_call_id, scope, str(exc), "MisCopiedId")
         except PolicyDenied as exc:  # the caller's own artifact, refused for this tool: the rule is named
-            return self._refused(name, run_id, tool_call_id, str(exc), "PolicyDenied")
+            return self._refused(name, run_id, tool_call_id, scope, str(exc), "PolicyDenied")
         except ValueError as exc:
-            return self._refused(name, run_id, tool_call_id, str(exc), "BadArguments")
+            return self._refused(name, run_id, tool_call_id, scope, str(exc), "BadArguments")
         if tool.offload_tokens is DEFAULT:  # registered without its own threshold: this call's model's
             tool = dataclasses.replace(tool, offload_tokens=caps.offload_tokens)
         kwargs = {field_name: getattr(validated, field_name) for field_name in tool.fields}
@@ -565,8 +604,21 @@ class Toolbox:
             ToolEvent("tool_started", prepared.tool.name, prepared.run_id, prepared.tool_call_id, refs=prepared.refs)
         )
 
-    def _refused(self, name: str, run_id: str | None, call: str | None, message: str, kind: str) -> Observation:
+    def _refused(
+        self,
+        name: str,
+        run_id: str | None,
+        call: str | None,
+        scope: Scope,
+        message: str,
+        kind: str,
+        *,
+        registered: bool = True,
+    ) -> Observation:
+        """A call refused before its tool ran; its audit entry names the tool only if one is ``registered`` under
+        ``name`` (else ``name`` is the model's text)."""
         self._record(ToolEvent("tool_failed", name, run_id, call, error_type=kind))
+        self._audit_call(scope, name if registered else None, kind)
         return Observation(call, f"error: {message}", is_error=True)
 
     def _conclude(self, prepared: Prepared, outcome: Outcome) -> Observation:
@@ -599,6 +651,7 @@ class Toolbox:
                     data_only=prepared.tool.data_only,
                 )
                 self._exempt_disclosed(prepared, observation, captured)
+                self._audit_call(prepared.scope, prepared.tool.name, "ok", _took(prepared), (*_written(prepared), *ids))
                 return observation
         self._record(
             ToolEvent(
@@ -609,6 +662,9 @@ class Toolbox:
                 refs=prepared.refs,
                 error_type=outcome.failure,
             )
+        )
+        self._audit_call(
+            prepared.scope, prepared.tool.name, outcome.failure or "error", _took(prepared), _written(prepared)
         )
         if outcome.fatal is not None:
             raise outcome.fatal
@@ -762,6 +818,22 @@ class Toolbox:
             model=self.model,
             purpose=self.purpose,
         )
+
+
+def _took(prepared: Prepared) -> tuple[str, ...]:
+    """The artifacts a call took: its ``Ref`` arguments, what it read through its ToolContext, and (a built-in
+    read tool) the well-formed ids it was asked to read."""
+    asked: list[str] = []
+    if prepared.tool.builtin:
+        for value in (prepared.kwargs.get("artifact_id"), *(prepared.kwargs.get("artifact_ids") or ())):
+            if is_artifact_id(value):
+                asked.append(value)
+    return tuple(dict.fromkeys((*prepared.refs, *prepared.read_ids, *asked)))
+
+
+def _written(prepared: Prepared) -> tuple[str, ...]:
+    """The artifacts a tool put through its ToolContext, in order."""
+    return () if prepared.reads is None else tuple(prepared.reads.written)
 
 
 def tool_recipient(name: str) -> str:

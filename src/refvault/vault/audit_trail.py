@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUDIT_PAGE_MAX",
+    "SELECTION_CHARS",
     "SYNCHRONOUS_ACTIONS",
     "AuditTrail",
     "LedgerStream",
@@ -100,6 +101,8 @@ SYNCHRONOUS_ACTIONS = frozenset(
 """Actions that change state: their entry is appended before the operation returns. Reads are batched."""
 
 AUDIT_PAGE_MAX = 10_000
+SELECTION_CHARS = 256
+"""The size of an entry's ``selection`` column: a longer summary is clipped to this many characters."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 _DEFAULT_PURPOSE = "default"
@@ -205,7 +208,7 @@ def entry_of(
             _clip(recipient, 128),
             _clip(facts.get("grant_id"), 40),
             _clip(facts.get("rule_id"), 128),
-            _clip(selection, 256),
+            _clip(selection, SELECTION_CHARS),
             _count(facts.get("bytes")),
             _count(facts.get("records")),
             excerpt,
