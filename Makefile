@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 CORE := $(VENV)/.core-stamp
 STAMP := $(VENV)/.dev-stamp
 
-.PHONY: demo test check bench format clean
+.PHONY: demo test check browser bench format clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,11 @@ check: $(STAMP)
 	$(BIN)/python -m refvault.devtools.ref_sites
 	$(BIN)/python -m refvault.devtools.tools_doc --check
 
-test: check
+# The console's browser tests drive Debian's chromium through its chromium-driver (installed here if missing).
+browser:
+	@scripts/ensure-browser.sh
+
+test: check browser
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
