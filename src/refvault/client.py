@@ -471,6 +471,20 @@ class Client(AuthorityCalls, CopyCalls, RunCalls):
             self._call("POST", self._path(artifact_id, "/declassify"), scope, artifact_id, json_body=body)
         )
 
+    def console_link(self, next: str = "/console") -> str:
+        """A single-use URL (valid 60 seconds) that signs a browser into this server's console as this client's key.
+
+        ``next`` is the console page to open (a path under ``/console``; anything else opens ``/console``).
+        The URL is a credential until used: hand it only to the person it is for.
+        """
+        if not isinstance(next, str):
+            raise InvalidArgument("next must be a console path such as '/console/runs'")
+        content = _json_bytes({"next": next})
+        request = self._request(
+            "POST", "/console/sessions", headers={"Content-Type": "application/json"}, content=content
+        )
+        return str(self._json(self._send(request, None))["url"])
+
     def verify_artifact(
         self,
         scope: Scope,

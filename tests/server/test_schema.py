@@ -104,6 +104,7 @@ OPERATIONS = [
     ("POST", "/v1/replay-status"),
     ("POST", "/v1/evidence"),
     ("GET", "/v1/replay-packet"),
+    ("POST", "/v1/console/sessions"),
 ]
 
 

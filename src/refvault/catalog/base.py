@@ -492,6 +492,11 @@ class Catalog(Protocol):
     def stored_bytes(self, tenant: str, user: str | None = None, session: str | None = None) -> int:
         """The bytes of the tenant's artifacts (of one user, of one of its sessions), counting each artifact."""
 
+    def sessions(self, tenant: str, user: str, *, limit: int) -> list[str]:
+        """The sessions in which ``user`` of ``tenant`` holds artifacts (expired ones too), most recently used
+        first, at most ``limit``: names only, read without authenticating rows (a caller reads each artifact
+        through the vault's door)."""
+
     def add_evidence(self, record: EvidenceRecord, *, audit: AuditEntry | None = None) -> EvidenceRecord:
         """Append ``record`` (its ``seq`` is assigned here; the stored record is returned), with ``audit``
         appended to the tenant's chain in the same transaction."""

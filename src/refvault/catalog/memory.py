@@ -561,6 +561,15 @@ class MemoryCatalog(MemoryBudgets):
         with self._lock:
             return self._by_artifact(key)
 
+    def sessions(self, tenant: str, user: str, *, limit: int) -> list[str]:
+        newest: dict[str, int] = {}
+        with self._lock:
+            for row in self._rows.values():
+                owner = row.manifest.scope
+                if owner.tenant == tenant and owner.user == user:
+                    newest[owner.session] = max(newest.get(owner.session, 0), row.seq)
+        return sorted(newest, key=lambda session: newest[session], reverse=True)[:limit]
+
     def stored_bytes(self, tenant: str, user: str | None = None, session: str | None = None) -> int:
         with self._lock:
             return sum(

@@ -257,6 +257,19 @@ class SqlLineage:
             return bool(conn.execute(sa.select(by_artifact)).scalar())
 
     @translated
+    def sessions(self, tenant: str, user: str, *, limit: int) -> list[str]:
+        newest = sa.func.max(artifacts.c.seq)
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(artifacts.c.session)
+                .where(artifacts.c.tenant == tenant, artifacts.c.user_name == user)
+                .group_by(artifacts.c.session)
+                .order_by(newest.desc())
+                .limit(limit)
+            ).all()
+        return [str(row.session) for row in rows]
+
+    @translated
     def stored_bytes(self, tenant: str, user: str | None = None, session: str | None = None) -> int:
         where = [artifacts.c.tenant == tenant]
         if user is not None:

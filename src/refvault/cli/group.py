@@ -40,6 +40,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "mcp": ("refvault.cli.mcp", "mcp"),
     "serve": ("refvault.cli.serve", "serve"),
     "keys": ("refvault.cli.serve", "keys"),
+    "console": ("refvault.cli.web", "console"),
     "audit": ("refvault.cli.audit", "audit"),
     "disclosures": ("refvault.cli.audit", "disclosures"),
     "link": ("refvault.cli.links", "link"),

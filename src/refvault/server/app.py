@@ -25,6 +25,8 @@ This module wires the app (:func:`create_app`, :func:`app_from_env`); each job h
   in a worker thread, at most :data:`~refvault.server.threads.READ_THREADS` per process for reads.
 * :mod:`refvault.server.limits`: **one tenant cannot stall the others** (body and header deadlines,
   upload caps per key and tenant, captures in threads of their own; ``tests/security/test_server_stalls.py``).
+* :mod:`refvault.server.console`: **the console acts as its viewer's key** (``/console``, server-rendered
+  HTML with no script; ``POST /v1/console/sessions`` issues single-use sign-in links).
 * :mod:`refvault.server.mcp`: **``/mcp`` answers only its own names** (``Host``/``Origin`` checked
   there against an allow-list; the API under ``/v1`` needs a bearer key, which a rebinding page cannot
   make a browser send). Only this module imports it, to mount it.
@@ -167,6 +169,7 @@ def create_app(
     )
     for router in _ROUTERS:
         app.include_router(router, prefix="/v1")
+    _mount_console(app)
     app.add_middleware(FastContent, vault=vault, keys=keys)  # the hot read, for keys already checked
     app.add_middleware(BodyIdleTimeout, seconds=body_timeout)  # outermost: every route and /mcp
     install_handlers(app)
@@ -192,6 +195,16 @@ def _mcp_app(
     return mcp_module.mcp_app(
         vault, keys.authenticate, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins, uploads=uploads
     )
+
+
+def _mount_console(app: FastAPI) -> None:
+    """The web console at ``/console`` (:mod:`refvault.server.console`), where its templates' packages are installed."""
+    if find_spec("jinja2") is None:
+        return
+    from refvault.server import console
+
+    app.include_router(console.api_router, prefix="/v1")
+    app.include_router(console.router)
 
 
 class _Asgi:

@@ -22,7 +22,7 @@ from refvault.server.problems import UNAUTHENTICATED_DETAIL
 from refvault.server.service import Service
 from refvault.server.threads import blocking
 
-__all__ = ["NAME_PATTERN", "Caller", "admin_scope", "caller", "scope_of", "session_scope"]
+__all__ = ["NAME_PATTERN", "Caller", "admin_scope", "caller", "caller_key_id", "scope_of", "session_scope"]
 
 NAME_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9._:@+\-]{0,127}$"  # a session name, as the schema states it
 
@@ -90,3 +90,15 @@ async def admin_scope(
             "this API key may not administer its tenant: an admin key is made with 'refvault keys create --admin'"
         )
     return scope
+
+
+async def caller_key_id(
+    service: Service,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+) -> str:
+    """The key id of the request's valid API key (401 without one): for routes that act as the key itself."""
+    principal = await caller(service, credentials)
+    key_id = parse_token(credentials.credentials) if credentials is not None else None
+    if principal is None or key_id is None:  # pragma: no cover - caller() refused already
+        raise Unauthenticated(UNAUTHENTICATED_DETAIL)
+    return key_id
