@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from selenium.common.exceptions import NoAlertPresentException, TimeoutException
+from selenium.common.exceptions import NoAlertPresentException, TimeoutException, WebDriverException
 from selenium.webdriver.chromium.webdriver import ChromiumDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -51,7 +51,8 @@ def reset(driver: ChromiumDriver) -> None:
     with contextlib.suppress(NoAlertPresentException):
         driver.switch_to.alert.dismiss()
     if driver.current_url.startswith(("http://", "https://")):
-        driver.execute_script("localStorage.clear(); sessionStorage.clear();")
+        with contextlib.suppress(WebDriverException):  # a sandboxed document (an artifact's own bytes) has none
+            driver.execute_script("localStorage.clear(); sessionStorage.clear();")
     driver.execute_cdp_cmd("Network.clearBrowserCookies", {})  # WebDriver's delete_all_cookies: this site's only
     driver.get("about:blank")
     driver.set_window_size(*DESKTOP)

@@ -507,6 +507,21 @@ async def thumbnail(artifact_id: str, request: Request, service: Service, sessio
     return await _image(artifact_id, request, service, session, thumb=True)
 
 
+@router.get("/console/artifacts/{artifact_id}/full")
+async def full_page(artifact_id: str, request: Request, service: Service, session: str | None = None) -> Response:
+    """The full image, on a console page of its own (the image itself is :func:`full_image`)."""
+    viewer = await _viewer(request, service)
+    if viewer is None:
+        return _to_login(request)
+    try:
+        scope, descriptor = await blocking(_locate, service.vault, viewer, artifact_id, session)
+    except NotFound:
+        return _absent()
+    if views.view_kind(descriptor) != "image":
+        return _absent()
+    return page("image.html", scope=scope, descriptor=descriptor, **_chrome(service, viewer))
+
+
 @router.get("/console/artifacts/{artifact_id}/image")
 async def full_image(artifact_id: str, request: Request, service: Service, session: str | None = None) -> Response:
     return await _image(artifact_id, request, service, session, thumb=False)
