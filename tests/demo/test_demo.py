@@ -355,6 +355,27 @@ def test_the_kept_store_audits_each_tool_call_of_the_run_in_its_session(doc: dic
     assert vault.verify_audit("acme").ok
 
 
+def test_the_console_shows_the_kept_run(doc: dict[str, Any], vault: Vault) -> None:
+    from fastapi.testclient import TestClient
+
+    from refvault.keys import create_key
+    from refvault.server.app import create_app
+    from tests.server.console.client import sign_in
+
+    _, key = create_key(vault, "acme", "oncall")
+    with TestClient(create_app(vault)) as http:
+        sign_in(http, key)
+        page = http.get("/console/runs", params={"session": OWNER.session}).text
+    runbook, restart = facts(doc, "runbook")["runbook_id"], facts(doc, "restart")["artifact_id"]
+    assert "Tool call <code>capture_incident_events</code>" in page
+    assert "Tool call <code>restart_service</code>" in page
+    assert "Guard stop" in page
+    assert runbook in page
+    assert "<td>restart checkout</td>" in page
+    assert restart in page
+    assert RUNBOOK_SPAN not in page
+
+
 # -- the CLI, the default store, failures -----------------------------------------------------------------------------
 
 
