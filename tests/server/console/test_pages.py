@@ -262,3 +262,18 @@ def test_the_audit_page_shows_the_chain_status_and_entries(console: Console) -> 
     page = console.get("/console/audit", session="s1")
     assert "Chain verified" in page
     assert "<td>put</td>" in page
+
+
+def test_a_key_limited_to_one_session_sees_only_that_session(console: Console) -> None:
+    _, limited = create_key(console.vault, "acme", "ana", sessions=["s2"])
+    ids = console.planted.ids
+    with TestClient(console.http.app) as http:
+        sign_in(http, limited)
+        page = http.get("/console").text
+        assert ids["other_session"] in page
+        assert ids["text"] not in page
+        assert ">s1<" not in page  # not even offered as a filter
+        assert http.get(f"/console/artifacts/{ids['text']}").status_code == 404
+        assert http.get(f"/console/artifacts/{ids['text']}", params={"session": "s1"}).status_code == 404
+        assert http.get("/console/runs", params={"session": "run-1"}).status_code == 404
+        assert http.get("/console", params={"session": "s1"}).status_code == 400

@@ -181,3 +181,14 @@ def test_another_sessions_csrf_token_is_refused(served: tuple[Vault, TestClient,
 
 def test_the_link_lifetime_is_sixty_seconds() -> None:
     assert timedelta(seconds=60) == signin.LINK_TTL
+
+
+def test_over_https_the_cookies_are_secure(served: tuple[Vault, TestClient, str]) -> None:
+    _, http, key = served
+    with TestClient(http.app, base_url="https://testserver") as secure:
+        form = secure.get("/console/login")
+        assert "secure" in form.headers["set-cookie"].lower()
+        answer = secure.post("/console/login", data={"csrf": csrf_of(form.text), "key": key}, follow_redirects=False)
+        assert "secure" in answer.headers["set-cookie"].lower()
+    form = http.get("/console/login")
+    assert "secure" not in form.headers["set-cookie"].lower()  # plain HTTP on loopback: a Secure cookie would not stick

@@ -74,9 +74,16 @@ async def console_link(
 # -- sign-in -------------------------------------------------------------------------
 
 
-def _cookie(response: Response, name: str, value: str, max_age: timedelta) -> None:
+def _cookie(request: Request, response: Response, name: str, value: str, max_age: timedelta) -> None:
+    """A console cookie: ``HttpOnly``, ``SameSite=Strict``, path ``/console``, and ``Secure`` over HTTPS."""
     response.set_cookie(
-        name, value, max_age=int(max_age.total_seconds()), path="/console", httponly=True, samesite="strict"
+        name,
+        value,
+        max_age=int(max_age.total_seconds()),
+        path="/console",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
     )
 
 
@@ -93,17 +100,17 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 async def _login_page(
-    service: Service, *, error: str | None = None, status: int = 200, next_path: str = ""
+    request: Request, service: Service, *, error: str | None = None, status: int = 200, next_path: str = ""
 ) -> Response:
     nonce, token = await blocking(signin.login_token, service.vault)
     response = page("login.html", status=status, error=error, csrf=token, next=signin.checked_next(next_path))
-    _cookie(response, signin.LOGIN_COOKIE, nonce, timedelta(hours=1))
+    _cookie(request, response, signin.LOGIN_COOKIE, nonce, timedelta(hours=1))
     return response
 
 
 @router.get("/console/login")
-async def login_form(service: Service, next: str = "/console") -> Response:
-    return await _login_page(service, next_path=next)
+async def login_form(request: Request, service: Service, next: str = "/console") -> Response:
+    return await _login_page(request, service, next_path=next)
 
 
 @router.post("/console/login")
@@ -112,31 +119,32 @@ async def login(request: Request, service: Service) -> Response:
     pre = request.cookies.get(signin.LOGIN_COOKIE)
     if not await blocking(signin.valid_login_token, service.vault, pre, form.get("csrf")):
         return await _login_page(
-            service, error="This form expired or was not sent from this console: try again.", status=403
+            request, service, error="This form expired or was not sent from this console: try again.", status=403
         )
     cookie = await blocking(signin.sign_in_with_key, service.vault, form.get("key", "").strip())
     if cookie is None:
         return await _login_page(
-            service, error="That API key is not valid here.", status=401, next_path=form.get("next", "")
+            request, service, error="That API key is not valid here.", status=401, next_path=form.get("next", "")
         )
     response = RedirectResponse(signin.checked_next(form.get("next")), status_code=303)
-    _cookie(response, signin.COOKIE, cookie, signin.SESSION_TTL)
+    _cookie(request, response, signin.COOKIE, cookie, signin.SESSION_TTL)
     response.delete_cookie(signin.LOGIN_COOKIE, path="/console")
     return response
 
 
 @router.get("/console/link/{token}")
-async def follow_link(token: str, service: Service) -> Response:
+async def follow_link(token: str, request: Request, service: Service) -> Response:
     redeemed = await blocking(signin.redeem_link, service.vault, token)
     if redeemed is None:
         return await _login_page(
+            request,
             service,
             error="This sign-in link cannot be used: it was used already, expired, or is not valid here.",
             status=403,
         )
     cookie, next_path = redeemed
     response = RedirectResponse(next_path, status_code=303, headers={"Referrer-Policy": "no-referrer"})
-    _cookie(response, signin.COOKIE, cookie, signin.SESSION_TTL)
+    _cookie(request, response, signin.COOKIE, cookie, signin.SESSION_TTL)
     return response
 
 

@@ -188,5 +188,6 @@ def valid_login_token(vault: Vault, cookie: object, token: object) -> bool:
         payload is not None
         and payload.get("use") == "login"
         and isinstance(cookie, str)
+        and cookie.isascii()
         and secrets.compare_digest(str(payload.get("n")), cookie)
     )
