@@ -258,10 +258,15 @@ def test_the_runs_view_lists_tool_calls_with_their_refs(console: Console) -> Non
     assert ids["run_output"] in page[page.index("produced:") :]
 
 
-def test_the_audit_page_shows_the_chain_status_and_entries(console: Console) -> None:
+def test_the_audit_page_checks_the_entries_it_shows_and_admins_the_whole_chain(console: Console) -> None:
     page = console.get("/console/audit", session="s1")
-    assert "Chain verified" in page
+    assert "each recompute to their recorded hash" in page
+    assert "Chain verified" not in page  # the tenant's whole chain is an admin's
     assert "<td>put</td>" in page
+    _, admin = create_key(console.vault, "acme", "ana", admin=True)
+    with TestClient(console.http.app) as http:
+        sign_in(http, admin)
+        assert "Chain verified" in http.get("/console/audit", params={"session": "s1"}).text
 
 
 def test_a_key_limited_to_one_session_sees_only_that_session(console: Console) -> None:

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from refvault.catalog.audit_log import AuditEntry, DisclosureEntry
+from refvault.catalog.audit_log import AuditEntry, DisclosureEntry, chain_hash
 from refvault.copies import LineageGraph
 from refvault.errors import InvalidArgument, NotFound, PolicyDenied, RefvaultError
 from refvault.ids import is_artifact_id
@@ -40,6 +40,7 @@ router = APIRouter(include_in_schema=False)
 api_router = APIRouter(responses={"default": PROBLEM_RESPONSE})
 
 PAGE_SIZE = 50
+FILTER_MAX = 255
 MAX_SESSIONS = 200  # sessions listed (and scanned by an unfiltered list), most recently used first
 _FORM_MAX = 8192
 T = TypeVar("T")
@@ -143,7 +144,10 @@ async def follow_link(token: str, request: Request, service: Service) -> Respons
             status=403,
         )
     cookie, next_path = redeemed
-    response = RedirectResponse(next_path, status_code=303, headers={"Referrer-Policy": "no-referrer"})
+    # A page that moves on by itself, not a redirect: a link opened from another site is a cross-site
+    # navigation, which would not carry the SameSite=Strict cookie through a redirect; this page's own
+    # refresh is same-site, so the next page is signed in.
+    response = page("signed_in.html", next=next_path)
     _cookie(request, response, signin.COOKIE, cookie, signin.SESSION_TTL)
     return response
 
@@ -294,20 +298,24 @@ def _status(descriptor: Descriptor) -> str:
 async def artifact_list(
     request: Request,
     service: Service,
-    session: Annotated[str, Query(max_length=128)] = "",
-    media: Annotated[str, Query(max_length=255)] = "",
-    label: Annotated[str, Query(max_length=64)] = "",
-    since: Annotated[str, Query(max_length=10)] = "",
-    until: Annotated[str, Query(max_length=10)] = "",
-    status: Annotated[str, Query(max_length=16)] = "",
-    page_number: Annotated[int, Query(alias="page", ge=1, le=100_000)] = 1,
+    session: str = "",
+    media: str = "",
+    label: str = "",
+    since: str = "",
+    until: str = "",
+    status: str = "",
+    page_number: Annotated[str, Query(alias="page")] = "1",
 ) -> Response:
+    """The key's artifacts. Query parameters are read here, leniently (a bad one is a console page, never the
+    API's problem JSON); every filter is at most :data:`FILTER_MAX` characters."""
     viewer = await _viewer(request, service)
     if viewer is None:
         return _to_login(request)
     filters = {"session": session, "media": media, "label": label, "since": since, "until": until, "status": status}
     try:
-        listing = await blocking(_listing, service.vault, viewer, filters, page_number)
+        if any(len(value) > FILTER_MAX for value in filters.values()):
+            raise InvalidArgument(f"a filter is at most {FILTER_MAX} characters")
+        listing = await blocking(_listing, service.vault, viewer, filters, min(_whole(page_number, 1), 100_000) or 1)
     except InvalidArgument as exc:
         return page("error.html", status=400, title="Invalid filter", message=str(exc), **_chrome(service, viewer))
 
@@ -416,7 +424,7 @@ async def artifact_page(
     artifact_id: str,
     request: Request,
     service: Service,
-    session: Annotated[str | None, Query(max_length=128)] = None,
+    session: str | None = None,
 ) -> Response:
     viewer = await _viewer(request, service)
     if viewer is None:
@@ -560,7 +568,7 @@ def _run(vault: Vault, viewer: Viewer, session: str) -> dict[str, Any]:
 
 
 @router.get("/console/runs")
-async def runs(request: Request, service: Service, session: Annotated[str, Query(max_length=128)] = "") -> Response:
+async def runs(request: Request, service: Service, session: str = "") -> Response:
     viewer = await _viewer(request, service)
     if viewer is None:
         return _to_login(request)
@@ -584,8 +592,8 @@ async def runs(request: Request, service: Service, session: Annotated[str, Query
 async def audit(
     request: Request,
     service: Service,
-    session: Annotated[str, Query(max_length=128)] = "",
-    after: Annotated[int, Query(ge=0)] = 0,
+    session: str = "",
+    after: str = "0",
 ) -> Response:
     viewer = await _viewer(request, service)
     if viewer is None:
@@ -595,15 +603,18 @@ async def audit(
         sessions = _sessions(service.vault, viewer)
         chosen = session or (sessions[0] if sessions else "default")
         scope = viewer.scope(chosen)
-        entries = service.vault.audit(scope, after=after, limit=PAGE_SIZE)
-        report = service.vault.verify_audit(scope.tenant)
+        entries = service.vault.audit(scope, after=_whole(after, 0), limit=PAGE_SIZE)
         seq, digest = service.vault.audit_head(scope.tenant)
+        key = service.vault.catalog.find_api_key(viewer.key_id)
+        admin = key is not None and key.admin
         return {
+            "admin": admin,
+            "report": service.vault.verify_audit(scope.tenant) if admin else None,  # the whole chain: an admin's
+            "intact": [chain_hash(entry) == entry.hash for entry in entries],
             "sessions": sessions,
             "session": chosen,
             "entries": entries,
             "next_after": entries[-1].seq if len(entries) == PAGE_SIZE else None,
-            "report": report,
             "head": f"{seq}:{digest}",
         }
 

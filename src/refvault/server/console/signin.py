@@ -113,10 +113,11 @@ def checked_next(target: object) -> str:
     if not isinstance(target, str) or len(target) > 1024 or not target.isprintable():
         return "/console"
     parts = urlsplit(target)
-    if parts.scheme or parts.netloc or "\\" in target or target.startswith("//"):
+    if parts.scheme or parts.netloc or "\\" in target or target.startswith("//") or "%" in parts.path:
         return "/console"
-    if parts.path != "/console" and not parts.path.startswith("/console/"):
-        return "/console"
+    segments = parts.path.split("/")
+    if (parts.path != "/console" and not parts.path.startswith("/console/")) or {".", ".."} & set(segments):
+        return "/console"  # a dot-segment would lead the browser out of /console
     return target
 
 

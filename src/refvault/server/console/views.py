@@ -45,7 +45,11 @@ HEX_BYTES = 4096
 JSON_MAX_BYTES = 512 * 1024
 JSON_MAX_NODES = 2000
 IMAGE_MAX_BYTES = 32 * 1024 * 1024
-IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+IMAGE_FORMATS = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/webp": "WEBP"}
+"""The image types shown as thumbnails, and the one Pillow decoder each may use (no other format is decoded)."""
+IMAGE_TYPES = frozenset(IMAGE_FORMATS)
+IMAGE_MAX_PIXELS = 40_000_000  # a larger image (a decompression bomb, say) gets no thumbnail; nothing is decoded
+WHERE_MAX = 8192  # characters of a query typed in the record table's box
 THUMBNAIL_SIZE = (640, 640)
 TEXT_LINES = 200
 TEXT_CHARS = 40_000
@@ -144,10 +148,12 @@ def records_view(
     from refvault.errors import InvalidArgument
 
     selector: object = None
+    if len(where) > WHERE_MAX:
+        raise InvalidArgument(f"the query is longer than {WHERE_MAX} characters")
     if where.strip():
         try:
             selector = json.loads(where)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise InvalidArgument(
                 'the query must be a JSON selector, e.g. {"field": "status", "op": "eq", "value": "open"}'
             ) from None
@@ -193,17 +199,31 @@ def hex_view(vault: Vault, scope: Scope, descriptor: Descriptor) -> list[tuple[s
 
 def thumbnail_png(vault: Vault, scope: Scope, descriptor: Descriptor) -> bytes | None:
     """A PNG at most :data:`THUMBNAIL_SIZE` of an image artifact, made here; None if it is not a decodable image."""
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
-    if descriptor.size > IMAGE_MAX_BYTES:
+    decoder = IMAGE_FORMATS.get(base_type(descriptor.media_type))
+    if decoder is None or descriptor.size > IMAGE_MAX_BYTES:
         return None
     data = vault.read_bytes(scope, descriptor.artifact_id)
-    Image.MAX_IMAGE_PIXELS = 64_000_000  # a decompression bomb is refused, not decoded
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.thumbnail(THUMBNAIL_SIZE)
-            out = io.BytesIO()
-            image.convert("RGBA" if image.mode in ("RGBA", "LA", "P") else "RGB").save(out, format="PNG")
-    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError, SyntaxError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=[decoder]) as image:
+                width, height = image.size  # read from the header: nothing decoded yet
+                if width * height > IMAGE_MAX_PIXELS:
+                    return None
+                image.thumbnail(THUMBNAIL_SIZE)
+                out = io.BytesIO()
+                image.convert("RGBA" if image.mode in ("RGBA", "LA", "P") else "RGB").save(out, format="PNG")
+    except (
+        UnidentifiedImageError,
+        Image.DecompressionBombError,
+        Image.DecompressionBombWarning,
+        OSError,
+        ValueError,
+        SyntaxError,
+    ):
         return None
     return out.getvalue()
