@@ -83,7 +83,7 @@ from refvault.toolbox.taint import (
     recipient_name,
     tenant_policy,
 )
-from refvault.toolbox.trail import TOOL_CALL, call_selection
+from refvault.toolbox.trail import record_call, record_pass, record_stops, took_by, written_by
 from refvault.toolbox.values import DEFAULT as DEFAULT  # re-exported, as before
 from refvault.toolbox.values import Artifact, Observation, ToolContext, ToolEvent, artifact_summary, joined_text
 
@@ -278,19 +278,8 @@ class Toolbox:
         if not self.audit_calls or not isinstance(scope, Scope):
             return
         embedded = getattr(self.vault, "embedded_vault", None)
-        if not callable(embedded):
-            return
-        vault: Vault = embedded()
-        made = tuple(dict.fromkeys(produced))
-        vault.audit_event(
-            TOOL_CALL,
-            scope,
-            made[0] if made else None,
-            outcome=outcome,
-            detail=tool,
-            selection=call_selection([i for i in dict.fromkeys(took) if i not in made], made),
-            records=len(made),
-        )
+        if callable(embedded):
+            record_call(embedded(), scope, tool, outcome, took, produced)
 
     def _ledger_pass(self, passes: Sequence[tuple[str, str, int]], recipient: str, purpose: str) -> None:
         """Record in the disclosure ledger each model request the default guard let through carrying content
@@ -309,17 +298,7 @@ class Toolbox:
                 self._ledgered[seen] = None
                 while len(self._ledgered) > MAX_PROTECTED_IDS:
                     self._ledgered.popitem(last=False)
-            vault.audit_event(
-                "guard_pass",
-                scope,
-                artifact_id,
-                outcome="ok",
-                recipient=recipient,
-                purpose=purpose,
-                excerpt_hash=digest,
-                bytes=size,
-                selection="a part of a model request",
-            )
+            record_pass(vault, scope, artifact_id, digest, size, recipient, purpose)
 
     def _audit_stop(self, findings: Sequence[Finding], recipient: str, purpose: str) -> None:
         """Audit a request the default guard stopped (``guard_stop``, one entry per artifact it named), in the
@@ -327,22 +306,7 @@ class Toolbox:
         here = self._audit_here()
         if here is None:
             return
-        scope, vault = here
-        named: dict[str | None, Finding] = {}
-        for finding in findings:  # one entry per artifact (the size arm names none)
-            named.setdefault(finding.artifact_id, finding)
-        for finding in named.values():
-            vault.audit_event(
-                "guard_stop",
-                scope,
-                finding.artifact_id,
-                outcome="ContextLeak",
-                recipient=recipient,
-                purpose=purpose,
-                rule_id=finding.rule_id,
-                bytes=finding.matched,
-                detail=finding.arm,  # never the site: a request's keys are its sender's text
-            )
+        record_stops(here[1], here[0], findings, recipient, purpose)
 
     def _label_for_guard(self, frame: DispatchFrame, refs: Sequence[str]) -> None:
         """Tell the guard the labels of every artifact a call received by ``Ref`` (for its disclosure policy)."""
@@ -651,7 +615,9 @@ class Toolbox:
                     data_only=prepared.tool.data_only,
                 )
                 self._exempt_disclosed(prepared, observation, captured)
-                self._audit_call(prepared.scope, prepared.tool.name, "ok", _took(prepared), (*_written(prepared), *ids))
+                self._audit_call(
+                    prepared.scope, prepared.tool.name, "ok", took_by(prepared), (*written_by(prepared), *ids)
+                )
                 return observation
         self._record(
             ToolEvent(
@@ -664,7 +630,7 @@ class Toolbox:
             )
         )
         self._audit_call(
-            prepared.scope, prepared.tool.name, outcome.failure or "error", _took(prepared), _written(prepared)
+            prepared.scope, prepared.tool.name, outcome.failure or "error", took_by(prepared), written_by(prepared)
         )
         if outcome.fatal is not None:
             raise outcome.fatal
@@ -818,22 +784,6 @@ class Toolbox:
             model=self.model,
             purpose=self.purpose,
         )
-
-
-def _took(prepared: Prepared) -> tuple[str, ...]:
-    """The artifacts a call took: its ``Ref`` arguments, what it read through its ToolContext, and (a built-in
-    read tool) the well-formed ids it was asked to read."""
-    asked: list[str] = []
-    if prepared.tool.builtin:
-        for value in (prepared.kwargs.get("artifact_id"), *(prepared.kwargs.get("artifact_ids") or ())):
-            if is_artifact_id(value):
-                asked.append(value)
-    return tuple(dict.fromkeys((*prepared.refs, *prepared.read_ids, *asked)))
-
-
-def _written(prepared: Prepared) -> tuple[str, ...]:
-    """The artifacts a tool put through its ToolContext, in order."""
-    return () if prepared.reads is None else tuple(prepared.reads.written)
 
 
 def tool_recipient(name: str) -> str:

@@ -1,4 +1,5 @@
-"""A session's tool calls in its audit chain: the ``tool_call`` entries of ``Toolbox(..., audit_calls=True)``.
+"""What the Toolbox writes to the audit chain about a run, and reads back: the ``tool_call`` entries of
+``Toolbox(..., audit_calls=True)``, the guard's ``guard_stop`` and ``guard_pass`` entries.
 
 With ``audit_calls`` on, and the vault keeping the audit here (an embedded vault), every call the Toolbox
 dispatches appends one entry in the call's scope (tests in ``tests/toolbox/test_call_trail.py``):
@@ -27,10 +28,26 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from refvault.catalog.audit_log import AuditEntry
+from refvault.guard.findings import Finding
 from refvault.ids import ARTIFACT_ID_PATTERN, is_artifact_id
+from refvault.model import Scope
+from refvault.toolbox.invocation import Prepared
 from refvault.vault.audit_trail import SELECTION_CHARS
+from refvault.vault.core import Vault
 
-__all__ = ["TOOL_CALL", "ToolCall", "call_selection"]
+__all__ = [
+    "GUARD_STOP",
+    "TOOL_CALL",
+    "ToolCall",
+    "call_selection",
+    "record_call",
+    "record_stops",
+    "took_by",
+    "written_by",
+]
+
+GUARD_STOP = "guard_stop"
+"""The ``action`` of the audit entry of a model request the default guard stopped (one per artifact it named)."""
 
 TOOL_CALL = "tool_call"
 """The ``action`` of the audit entry a dispatched tool call appends."""
@@ -119,3 +136,74 @@ class ToolCall:
         took, more_took = _parsed(took_part)
         produced, more_produced = _parsed(produced_part)
         return cls(entry.seq, entry.at, entry.detail, entry.outcome, took, produced, more_took, more_produced)
+
+
+def record_call(
+    vault: Vault, scope: Scope, tool: str | None, outcome: str, took: Sequence[str], produced: Sequence[str]
+) -> None:
+    """Append the ``tool_call`` entry of one dispatched call in its scope: ids, the tool's name and the outcome
+    only. An artifact the tool put and then read back is one it produced, not took."""
+    made = tuple(dict.fromkeys(produced))
+    vault.audit_event(
+        TOOL_CALL,
+        scope,
+        made[0] if made else None,
+        outcome=outcome,
+        detail=tool,
+        selection=call_selection([i for i in dict.fromkeys(took) if i not in made], made),
+        records=len(made),
+    )
+
+
+def record_pass(
+    vault: Vault, scope: Scope, artifact_id: str, digest: str, size: int, recipient: str, purpose: str
+) -> None:
+    """Record in the disclosure ledger a part of a model request the default guard let through carrying content
+    of an artifact (``guard_pass``: the SHA-256 and size of that part)."""
+    vault.audit_event(
+        "guard_pass",
+        scope,
+        artifact_id,
+        outcome="ok",
+        recipient=recipient,
+        purpose=purpose,
+        excerpt_hash=digest,
+        bytes=size,
+        selection="a part of a model request",
+    )
+
+
+def record_stops(vault: Vault, scope: Scope, findings: Sequence[Finding], recipient: str, purpose: str) -> None:
+    """Append one ``guard_stop`` entry per artifact a stopped request carried (the size arm names none): the
+    rule, the arm and the bytes matched, never the site (a request's keys are its sender's text)."""
+    named: dict[str | None, Finding] = {}
+    for finding in findings:
+        named.setdefault(finding.artifact_id, finding)
+    for finding in named.values():
+        vault.audit_event(
+            GUARD_STOP,
+            scope,
+            finding.artifact_id,
+            outcome="ContextLeak",
+            recipient=recipient,
+            purpose=purpose,
+            rule_id=finding.rule_id,
+            bytes=finding.matched,
+            detail=finding.arm,
+        )
+
+
+def took_by(prepared: Prepared) -> tuple[str, ...]:
+    """The artifacts a call took: its ``Ref`` arguments, what it read through its ToolContext, and (a built-in
+    read tool) the well-formed ids it was asked to read."""
+    asked: list[str] = []
+    if prepared.tool.builtin:
+        for value in (prepared.kwargs.get("artifact_id"), *(prepared.kwargs.get("artifact_ids") or ())):
+            if is_artifact_id(value):
+                asked.append(value)
+    return tuple(dict.fromkeys((*prepared.refs, *prepared.read_ids, *asked)))
+
+
+def written_by(prepared: Prepared) -> tuple[str, ...]:
+    """The artifacts a tool put through its ToolContext, in order."""
+    return () if prepared.reads is None else tuple(prepared.reads.written)
