@@ -329,6 +329,7 @@ class LiveServer:
     token: str  # acme/ana, every session
     foreign_token: str  # globex/gus
     s1_token: str  # acme/ana, session s1 only
+    process: subprocess.Popen[bytes] | None = None  # the ``refvault serve`` process (its group is signalled at the end)
 
 
 @contextlib.contextmanager
@@ -359,7 +360,7 @@ def serve(store: Path, *options: str) -> Iterator[LiveServer]:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"refvault serve did not start: {(store.parent / f'serve-{port}.log').read_text()}")
             time.sleep(0.05)
-        yield LiveServer(url, store, token, foreign, s1_only)
+        yield LiveServer(url, store, token, foreign, s1_only, proc)
     finally:
         stop_process(proc)
         log.close()

@@ -65,6 +65,8 @@ def api_schema(api: Api) -> Any:
 
 OPERATIONS = [
     ("GET", "/v1/health"),
+    ("GET", "/v1/ready"),
+    ("GET", "/metrics"),
     ("POST", "/v1/artifacts"),
     ("GET", "/v1/artifacts"),
     ("GET", "/v1/artifacts/{artifact_id}"),

@@ -82,6 +82,7 @@ import obstore
 from obstore.exceptions import AlreadyExistsError, NotFoundError, PreconditionError
 from obstore.store import S3Store
 
+from refvault import observe
 from refvault.blobs.base import BlobKey
 from refvault.errors import InvalidArgument, RefvaultError, StorageError
 
@@ -119,8 +120,11 @@ def _failure(operation: str, exc: BaseException) -> StorageError:
     if kind and not status:
         detail += f", {kind.group(1).lower()} error"
     retries = _RETRIES.search(text)
+    word = operation.split(" ", 1)[0].lower()  # a fixed word: put, get, head, delete, list, copy
+    observe.event("blob_error", word)
     if retries and retries.group(1) != "0":
         detail += f", after {retries.group(1)} retries"
+        observe.event("blob_retry", word, int(retries.group(1)))
     return StorageError(errno.EIO, f"S3 {operation} failed ({detail})")
 
 

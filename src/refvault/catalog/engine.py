@@ -10,6 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from refvault import observe
 from refvault.catalog.macs import KEY_FILE, ManifestKeys
 from refvault.errors import InvalidArgument, StorageError
 
@@ -123,3 +124,17 @@ def sqlite_begin(conn: sa.Connection) -> None:
     # SQLite runs against one consistent snapshot, so they need no BEGIN of their own.
     if conn.get_execution_options().get("refvault_write"):
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def count_pool_use(engine: sa.Engine) -> None:
+    """Report each connection taken from and given back to ``engine``'s pool (:mod:`refvault.observe`: a gauge)."""
+    sa.event.listen(engine, "checkout", _checked_out)
+    sa.event.listen(engine, "checkin", _checked_in)
+
+
+def _checked_out(*_: Any) -> None:
+    observe.event("catalog_connection", "checkout")
+
+
+def _checked_in(*_: Any) -> None:
+    observe.event("catalog_connection", "checkin")

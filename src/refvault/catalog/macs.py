@@ -48,6 +48,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from refvault import observe
 from refvault.catalog.base import Derivation, Grant, Manifest
 from refvault.errors import IntegrityError, InvalidArgument, StorageError, shown_id
 
@@ -465,16 +466,19 @@ def _refuse_lost_key(path: Path, signed: Callable[[], tuple[int, int]] | None) -
 
 def grant_error(problem: str) -> IntegrityError:
     """The error for a grant row that failed authentication (an edited grant is refused, never honoured)."""
+    observe.event("integrity_failure", "manifest")
     return IntegrityError(f"a sharing grant failed verification: {problem}", kind="manifest")
 
 
 def derivation_error(problem: str) -> IntegrityError:
     """The error for a derivation row that failed authentication (:meth:`refvault.Vault.derived` names the artifact)."""
+    observe.event("integrity_failure", "manifest")
     return IntegrityError(f"a derivation failed verification: {problem}", kind="manifest")
 
 
 def manifest_error(artifact_id: object, problem: str) -> IntegrityError:
     """The error for a row that failed authentication: the id (only if well-formed) and the problem, no values."""
+    observe.event("integrity_failure", "manifest")
     return IntegrityError(f"artifact {shown_id(artifact_id)} failed verification: {problem}", kind="manifest")
 
 

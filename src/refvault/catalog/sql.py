@@ -91,6 +91,7 @@ from refvault.catalog.base import (
 from refvault.catalog.engine import (
     Compiled,
     checked_url,
+    count_pool_use,
     default_keys,
     sqlite_begin,
     sqlite_connect,
@@ -245,6 +246,7 @@ class SqlCatalog(SqlAuthority, SqlLineage, SqlBudgets, SqlRuns):
             raise StorageError("a postgresql:// catalog needs psycopg 3: install refvault[postgres]") from None
         except sa.exc.SQLAlchemyError as exc:
             raise StorageError(f"cannot open the catalog: {type(exc).__name__}") from None
+        count_pool_use(self._engine)
         self._postgres = self._engine.dialect.name == "postgresql"
         self._upsert_blob = upsert_blob(self._engine.dialect.name)
         self._insert_lineage = dialect_insert(self._engine.dialect.name)(lineage).on_conflict_do_nothing()

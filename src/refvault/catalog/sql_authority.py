@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from refvault import observe
 from refvault.catalog import audit_rows, grant_rows
 from refvault.catalog.audit_log import GENESIS, AuditEntry
 from refvault.catalog.base import Grant
@@ -95,7 +96,8 @@ class SqlAuthority:
             return self._append_audit(conn, entries)
 
     def _append_audit(self, conn: sa.Connection, entries: Sequence[AuditEntry]) -> list[AuditEntry]:
-        return audit_rows.append(conn, entries, self._engine.dialect.name, self._audit_insert)
+        with observe.timed("audit_append"):
+            return audit_rows.append(conn, entries, self._engine.dialect.name, self._audit_insert)
 
     def audit_entries(
         self, tenant: str, *, after: int = 0, upto: int | None = None, artifact_id: str | None = None

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -267,16 +270,44 @@ def serve(
     click.echo(f"store: {description}")
     click.echo(f"create an API key: refvault keys create {store_flag}--tenant TENANT --user USER")
     sys.stdout.flush()
-    uvicorn.run(
-        "refvault.server.app:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        access_log=access_log,
-        log_level="info",
-        http=HeaderTimeoutProtocol,  # uvicorn's "auto" protocol (httptools, else h11) with a header deadline
-    )  # loop defaults to "auto": uvloop, which the server extra installs
+    with _metrics_directory(workers):
+        signal.signal(signal.SIGTERM, _exit_cleanly)  # uvicorn re-raises SIGTERM after its graceful shutdown
+        uvicorn.run(
+            "refvault.server.app:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            access_log=access_log,
+            log_level="info",
+            http=HeaderTimeoutProtocol,  # uvicorn's "auto" protocol (httptools, else h11) with a header deadline
+        )  # loop defaults to "auto": uvloop, which the server extra installs
+
+
+def _exit_cleanly(sig: int, frame: object) -> None:
+    """SIGTERM outside uvicorn's own handling (before it starts, or re-raised after its drain): exit 0."""
+    raise SystemExit(0)
+
+
+@contextmanager
+def _metrics_directory(workers: int) -> Iterator[None]:
+    """With several workers, a new directory for their metrics (prometheus_client's multiprocess mode), removed after.
+
+    Named in ``PROMETHEUS_MULTIPROC_DIR`` before any worker starts (each worker's metrics write there and
+    ``/metrics`` adds them up); one worker keeps its metrics in memory, without it.
+    """
+    name = "PROMETHEUS_MULTIPROC_DIR"  # refvault.server.metrics.MULTIPROC_ENVVAR
+    if workers < 2:
+        os.environ.pop(name, None)
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="refvault-metrics-")
+    os.environ[name] = directory
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _version() -> str:

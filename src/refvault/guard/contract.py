@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from refvault.errors import ContextLeak, InvalidArgument
+from refvault.observe import guard_stopped
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
@@ -120,4 +121,6 @@ def refuse_leaks(checker: RequestChecker, request: object) -> None:
     under policy ``"redact"`` the copy :meth:`~refvault.guard.LeakGuard.check` hands back is refused.
     """
     if checker.check(request) is not request:
-        raise ContextLeak(checker.scan(request))
+        findings = checker.scan(request)
+        guard_stopped(findings)
+        raise ContextLeak(findings)

@@ -26,6 +26,7 @@ from refvault.guard.pieces import Coverage, Piece, Short, locate, pieces_of
 from refvault.guard.redaction import LeafHits, redact_leaf, whole_marker
 from refvault.guard.requests import Leaf, normalized_form, payload_views, views, walk
 from refvault.model import check_labels
+from refvault.observe import guard_stopped
 from refvault.policy import DEFAULT_PURPOSE, check_purpose, check_recipient, decide
 from refvault.policy import Policy as DisclosurePolicy
 
@@ -361,6 +362,7 @@ class LeakGuard:
             elif self.policy == "raise":
                 self._log(findings)
                 self._stopped(findings, scanned)
+                guard_stopped(findings)
                 raise ContextLeak(findings)
             else:
                 redacted, sent = self._redact(request, scanned, totals, findings)
@@ -715,6 +717,7 @@ class LeakGuard:
         again = self._scan(redacted, scanned.recipient, scanned.purpose)
         remaining = [f for f in self._findings(again, self._totals(again.shorts)) if f.arm != "size"]
         if remaining:  # cannot happen by construction; never send what the guard still sees
+            guard_stopped(remaining)
             raise ContextLeak(remaining)
         return redacted, again.shorts
 

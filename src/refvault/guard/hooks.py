@@ -104,6 +104,7 @@ from typing import TYPE_CHECKING, Any, Final, Self, cast
 from refvault.errors import ContextLeak, InvalidType
 from refvault.guard.contract import resolve_guard, resolve_redactor
 from refvault.guard.findings import EVENT, event_line
+from refvault.observe import guard_stopped
 
 if TYPE_CHECKING:
     import httpx2
@@ -338,6 +339,7 @@ class GuardedTransport(_SyncTransportBase, _AsyncTransportBase):
                 event_line(findings, "raise"),  # refused under either policy: bytes cannot be redacted in place
                 extra={"event": EVENT, "findings": [f.to_dict() for f in findings], "policy": self.guard.policy},
             )
+            guard_stopped(findings)
             raise _leak_for(request, ContextLeak(findings))
 
     @staticmethod

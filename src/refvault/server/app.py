@@ -27,6 +27,9 @@ This module wires the app (:func:`create_app`, :func:`app_from_env`); each job h
   upload caps per key and tenant, captures in threads of their own; ``tests/security/test_server_stalls.py``).
 * :mod:`refvault.server.console`: **the console acts as its viewer's key** (``/console``, server-rendered
   HTML with no script; ``POST /v1/console/sessions`` issues single-use sign-in links).
+* :mod:`refvault.server.routes_ops` and :mod:`refvault.server.metrics`: **operators see how, never whose**
+  (``GET /metrics`` labels are route templates and fixed words; ``GET /v1/ready``; SIGTERM drains: requests in
+  flight finish, new ones get 503 with ``Retry-After``).
 * :mod:`refvault.server.mcp`: **``/mcp`` answers only its own names** (``Host``/``Origin`` checked
   there against an allow-list; the API under ``/v1`` needs a bearer key, which a rebinding page cannot
   make a browser send). Only this module imports it, to mount it.
@@ -64,6 +67,7 @@ from refvault.server import (
     routes_copies,
     routes_grants,
     routes_links,
+    routes_ops,
     routes_policy,
     routes_reads,
     routes_runs,
@@ -81,7 +85,9 @@ from refvault.server.limits import (
     count_from_env,
     seconds_from_env,
 )
+from refvault.server.metrics import RequestMetrics, worker_stopped
 from refvault.server.problems import PROBLEM_MEDIA_TYPE, install_handlers
+from refvault.server.routes_ops import Drain, Draining
 from refvault.server.schema import openapi
 from refvault.server.service import Served
 from refvault.server.threads import READ_THREADS
@@ -120,6 +126,7 @@ _ROUTERS = (  # in the schema's order of paths
     routes_audit.router,
     routes_policy.router,
     routes_budget.router,
+    routes_ops.router,
 )
 
 
@@ -171,7 +178,12 @@ def create_app(
         app.include_router(router, prefix="/v1")
     _mount_console(app)
     app.add_middleware(FastContent, vault=vault, keys=keys)  # the hot read, for keys already checked
-    app.add_middleware(BodyIdleTimeout, seconds=body_timeout)  # outermost: every route and /mcp
+    app.add_middleware(BodyIdleTimeout, seconds=body_timeout)  # every route and /mcp
+    draining = Draining()
+    app.add_middleware(Drain, state=draining)  # 503 for new requests once SIGTERM came (routes_ops)
+    if find_spec("prometheus_client") is not None:  # the server extra: GET /metrics, every request counted
+        app.include_router(routes_ops.metrics_router)
+        app.add_middleware(RequestMetrics)  # outermost
     install_handlers(app)
     app.openapi = partial(openapi, app)  # type: ignore[method-assign]
     if mcp is not None:  # at /mcp exactly (what MCP clients call) and below it
@@ -181,6 +193,7 @@ def create_app(
     app.state.vault = vault
     app.state.uploads = uploads
     app.state.mcp_mounted = mcp is not None
+    app.state.draining = draining
     return app
 
 
@@ -264,10 +277,12 @@ def app_from_env() -> FastAPI:
 
     @asynccontextmanager
     async def closing(app: FastAPI) -> AsyncIterator[None]:
+        app.state.draining.hook_sigterm()  # SIGTERM drains first (refvault.server.routes_ops)
         try:
             yield
         finally:
             await run_in_threadpool(vault.close)
+            worker_stopped()
 
     try:
         return create_app(

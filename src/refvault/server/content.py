@@ -264,6 +264,7 @@ def _content_response(plan: _Content) -> Response:
 
 
 _CONTENT_PATH = re.compile(r"/v1/artifacts/([^/]+)/content")
+_CONTENT_ROUTE = "/v1/artifacts/{artifact_id}/content"
 _SESSION = re.compile(NAME_PATTERN)
 
 
@@ -291,6 +292,7 @@ class FastContent:
             if match is not None:
                 caller = self._scope(scope)
                 if caller is not None:
+                    scope["refvault.route"] = _CONTENT_ROUTE  # the metrics' route label (refvault.server.metrics)
                     try:
                         artifact_id = checked_id(match.group(1))
                         plan = await blocking(_plan_content, self.vault, caller, artifact_id, *self._conditions(scope))

@@ -44,6 +44,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
+from refvault import observe
 from refvault.catalog.base import Catalog, Manifest
 from refvault.errors import Expired, InvalidArgument, NotFound, PolicyDenied, StorageError
 from refvault.ids import IdCheck, check_name, id_check, is_artifact_id, lookup_id, namespace_of
@@ -191,6 +192,7 @@ def _check(
 
 
 def _refuse(manifest: Manifest, owner: bool, decision: Decision) -> NoReturn:
+    observe.event("policy_denial", "rule")
     if owner:
         raise PolicyDenied(manifest.artifact_id, decision.rule_id or "(none)")
     raise NotFound(manifest.artifact_id)
@@ -241,6 +243,7 @@ def rechecker(vault: Vault, scope: Scope, manifest: Manifest, *, purpose: str, r
                 raise NotFound(manifest.artifact_id)
             current = found
         if _check(vault, scope, current, owner, purpose, recipient, None).action != "allow":
+            observe.event("policy_denial", "redact")
             raise NotFound(manifest.artifact_id) if not owner else PolicyDenied(manifest.artifact_id, "(redact)")
 
     return again

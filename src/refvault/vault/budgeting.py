@@ -44,6 +44,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from refvault import observe
 from refvault.budgets import COUNTED, DIMENSIONS, Budget, BudgetRow, TokenCounter, Usage, bytes_per_token
 from refvault.errors import BudgetExceeded, InvalidArgument
 from refvault.model import Scope
@@ -92,6 +93,7 @@ class _Run:
 
 
 def _exceeded(name: str, limit: int | float, needed: int | float) -> BudgetExceeded:
+    observe.event("budget_refusal", name)
     return BudgetExceeded(
         f"this run's {name} budget ({limit:g}) has less left than the operation needs ({needed:g}); "
         "nothing was stored or returned (vault.usage(scope) shows what was spent)",

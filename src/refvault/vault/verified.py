@@ -42,6 +42,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
+from refvault import observe
 from refvault.blobs.base import BlobKey, BlobReader, BlobStore
 from refvault.catalog.base import BlobRecord, Catalog
 from refvault.errors import IntegrityError, InvalidArgument, StorageError
@@ -101,6 +102,7 @@ class VerifiedBlob:
 
     def _damage(self, what: str, *, kind: str = "corrupt") -> IntegrityError:
         self.detail = what
+        observe.event("integrity_failure", kind)
         return IntegrityError(f"artifact {self.artifact_id} failed verification: {what}", kind=kind)
 
     @property
