@@ -41,6 +41,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tarfile
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -76,6 +77,8 @@ _AUDIT = "audit.jsonl"
 _BATCH_ITEMS = 64
 _BATCH_BYTES = 32 << 20
 _AUDIT_BATCH = 1000
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 Progress = Callable[[int, int], None]
 
@@ -652,7 +655,10 @@ def export_tenant(
     report = TransferReport(tenants=[tenant])
     total = sum(size for size, _, _, _ in blobs.values())
     done = 0
-    fd, temp = tempfile.mkstemp(prefix=".refvault-bundle-", dir=target.parent)
+    try:
+        fd, temp = tempfile.mkstemp(prefix=".refvault-bundle-", dir=target.parent)
+    except OSError as exc:
+        raise StorageError(exc.errno or 0, f"cannot write the bundle there: {exc.strerror}") from None
     try:
         with os.fdopen(fd, "wb") as file, tarfile.open(fileobj=file, mode="w", format=tarfile.PAX_FORMAT) as tar:
             _add_bytes(tar, _LISTING, json.dumps(listing, sort_keys=True).encode())
@@ -786,6 +792,8 @@ class _BundleSource(_Source):
             if name != policy_setting(tenant):
                 raise _bad_bundle("it holds a setting that is not the tenant's policy")
         for digest, (size, _, _) in self._blobs.items():
+            if _HEX64.fullmatch(digest) is None:
+                raise _bad_bundle("it lists a blob whose digest is not 64 hex characters")
             member = self._member(f"blobs/{digest}")
             if member.size != size:
                 raise _bad_bundle(f"blob {digest[:16]} has the wrong size")
@@ -864,6 +872,8 @@ def import_bundle(vault: Vault, path: str | os.PathLike[str], *, progress: Progr
         raise _bad_bundle("it is not a tar file") from None
     except FileNotFoundError:
         raise InvalidArgument("no bundle file at the path given") from None
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read the bundle file: {exc.strerror}") from None
     with tar:
         source = _BundleSource(tar)
         source.check()
