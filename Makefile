@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/lineage.py
 	$(BIN)/python bench/budgets.py
 	$(BIN)/python bench/proofs.py
+	$(BIN)/python bench/migrate.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples

@@ -62,6 +62,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "replay-status": ("refvault.cli.copies", "replay_status"),
     "replay-packet": ("refvault.cli.copies", "replay_packet"),
     "delete": ("refvault.cli.copies", "delete"),
+    "export": ("refvault.cli.maintenance", "export"),
+    "import": ("refvault.cli.maintenance", "import_command"),
 }
 
 

@@ -1,5 +1,5 @@
-"""``refvault verify``, ``gc``, ``migrate`` and ``manifest-key``: check the store, collect unreferenced bytes,
-bring its catalog up to date, rotate its key."""
+"""``refvault verify``, ``gc``, ``migrate``, ``export``, ``import`` and ``manifest-key``: check the store, collect
+unreferenced bytes, bring its catalog up to date or move its content to another store, rotate its key."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from refvault.model import format_time, pick
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from refvault.vault import GcReport, VerifyReport
+    from refvault.vault import GcReport, Vault, VerifyReport
 
-__all__ = ["gc", "manifest_key", "migrate", "verify"]
+__all__ = ["export", "gc", "import_command", "manifest_key", "migrate", "verify"]
 
 
 @click.command()
@@ -33,7 +33,7 @@ def verify(ctx: click.Context, as_json: bool) -> None:
     Problems: a row that fails its MAC (manifest), a row whose blob key is in
     another tenant's namespace (misplaced), a blob that is missing or corrupt.
     """
-    with opened(ctx, read_only=True) as vault, _progress_bar() as progress:
+    with opened(ctx, read_only=True) as vault, _progress_bar("verifying") as progress:
         report = vault.verify(progress=progress)
     if as_json:
         print_json(_verify_dict(report))
@@ -44,7 +44,7 @@ def verify(ctx: click.Context, as_json: bool) -> None:
 
 
 @contextmanager
-def _progress_bar() -> Iterator[Callable[[int, int], None] | None]:
+def _progress_bar(label: str) -> Iterator[Callable[[int, int], None] | None]:
     """A progress callback drawing a bar on stderr where someone watches (a terminal), else None.
 
     Pipes and logs get no control codes or stray lines, and do not load rich's progress machinery.
@@ -55,9 +55,9 @@ def _progress_bar() -> Iterator[Callable[[int, int], None] | None]:
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    columns = (TextColumn("verifying"), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn())
+    columns = (TextColumn(label), BarColumn(), DownloadColumn(binary_units=True), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task("verify", total=None)
+        task = bar.add_task(label, total=None)
 
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
@@ -280,17 +280,81 @@ def _gc_summary(report: GcReport) -> RenderableType:
     return Group(*lines)
 
 
+def _store_options(side: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--from``/``--to`` (an embedded store's directory) or ``--SIDE-catalog``/``--SIDE-blobs``/``--SIDE-s3-endpoint``
+    (a scale-out store) and ``--SIDE-manifest-key-file``."""
+    other = "source" if side == "from" else "destination"
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        options = (
+            click.option(
+                f"--{side}", f"{side}_path", metavar="PATH", help=f"The {other}: an embedded store's directory."
+            ),
+            click.option(f"--{side}-catalog", metavar="URL", help=f"The {other}'s catalog (postgresql://...)."),
+            click.option(
+                f"--{side}-blobs", metavar="URL", help=f"The {other}'s blobs (s3://bucket/prefix or a directory)."
+            ),
+            click.option(f"--{side}-s3-endpoint", metavar="URL", help=f"The {other}'s S3 endpoint."),
+            click.option(
+                f"--{side}-manifest-key-file",
+                type=click.Path(dir_okay=False, path_type=Path),
+                metavar="FILE",
+                help=f"The {other}'s manifest key (default: $REFVAULT_MANIFEST_KEY_FILE or $REFVAULT_MANIFEST_KEY).",
+            ),
+        )
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def _open_side(side: str, given: dict[str, Any], *, source: bool) -> Vault:
+    """Open the ``--from`` (read-only) or ``--to`` store (created if needed, with no audit log of its own)."""
+    from refvault.catalog.macs import ManifestKeys
+    from refvault.vault import Vault
+
+    path, catalog = given[f"{side}_path"], given[f"{side}_catalog"]
+    blobs, endpoint, key_file = given[f"{side}_blobs"], given[f"{side}_s3_endpoint"], given[f"{side}_manifest_key_file"]
+    if (path is None) == (catalog is None):
+        raise click.UsageError(f"give --{side} PATH or --{side}-catalog URL (with --{side}-blobs), not both")
+    if path is not None and (blobs or endpoint):
+        raise click.UsageError(f"--{side}-blobs and --{side}-s3-endpoint go with --{side}-catalog, not --{side}")
+    keys = None if key_file is None else ManifestKeys.from_file(key_file)
+    where = path if path is not None else catalog
+    if source and path is not None and is_new_store(path):
+        raise click.UsageError(f"no refvault store at {path}")
+    return Vault.open(where, blobs=blobs, s3_endpoint=endpoint, manifest_keys=keys, read_only=source, audit=False)
+
+
 @click.command()
+@_store_options("from")
+@_store_options("to")
+@click.option("--tenant", metavar="NAME", help="Move only this tenant (and no store-wide key ring).")
 @main_store_option
 @json_option
 @click.pass_context
-def migrate(ctx: click.Context, as_json: bool) -> None:
-    """Bring the store's catalog up to this refvault's schema (creating the store if there is none).
+def migrate(ctx: click.Context, /, as_json: bool, tenant: str | None, **given: Any) -> None:
+    """Bring the store's catalog up to this refvault's schema (creating the store if there is none); or, with
+    --from and --to, copy one store's content into another.
 
     Every command that writes does this as it opens the store; the commands that
     only read (ls, show, cat, read, verify, ...) never write, and refuse a catalog
     written by an older refvault until it has been migrated.
+
+    \b
+    With a source and a destination (each an embedded store's directory, --from/--to,
+    or a scale-out store: --from-catalog URL --from-blobs URL [--from-s3-endpoint URL]):
+    every artifact (same ids), its bytes (re-verified as they stream), derived data,
+    grants, marks, holds, API keys, policies, key rings and audit chains. The
+    destination re-MACs every row with its own manifest key. Run it again after an
+    interruption: what is already there is skipped. Exit 1 if a blob fails its hash.
     """
+    if any(value is not None for value in given.values()):
+        _migrate_between(ctx, given, tenant, as_json)
+        return
+    if tenant is not None:
+        raise click.UsageError("--tenant goes with --from and --to")
     from refvault.catalog.schema import MIGRATIONS
 
     location = store_location(ctx)
@@ -302,3 +366,72 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
         print_json({"store": location, "created": created, "schema_version": version})
     else:
         make_console().print(text(f"{location}: catalog at schema version {version} (this refvault's)"))
+
+
+def _migrate_between(ctx: click.Context, given: dict[str, Any], tenant: str | None, as_json: bool) -> None:
+    from refvault.vault.transfer import migrate_store
+
+    source = _open_side("from", given, source=True)
+    try:
+        destination = _open_side("to", given, source=False)
+        try:
+            with _progress_bar("migrating") as progress:
+                report = migrate_store(source, destination, tenant=tenant, progress=progress)
+        finally:
+            destination.close()
+    finally:
+        source.close()
+    _print_transfer(report.to_dict(), as_json, "migrated")
+
+
+def _print_transfer(info: dict[str, Any], as_json: bool, verb: str) -> None:
+    if as_json:
+        print_json(info)
+        return
+    present = info["artifacts_present"]
+    make_console().print(
+        text(
+            f"{verb} {plural(info['artifacts_copied'], 'artifact')} ({human_size(info['bytes_copied'])})"
+            + (f", {present:,} already there" if present else "")
+            + f"; {plural(info['derivations_copied'], 'derivation')}, {plural(info['grants_copied'], 'grant')}, "
+            f"{plural(info['api_keys_copied'], 'API key')}, "
+            f"{plural(info['audit_entries_copied'], 'audit entry', 'audit entries')}",
+            "bold",
+        )
+    )
+
+
+@click.command()
+@click.option("--tenant", required=True, metavar="NAME", help="The tenant to export.")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@main_store_option
+@json_option
+@click.pass_context
+def export(ctx: click.Context, tenant: str, file: Path, as_json: bool) -> None:
+    """Write one tenant (artifacts, bytes, derived data, grants, keys, policy, audit chain) to a bundle FILE.
+
+    Every blob is re-verified as it is written; the file appears only when complete.
+    """
+    from refvault.vault.transfer import export_tenant
+
+    with opened(ctx, read_only=True) as vault, _progress_bar("exporting") as progress:
+        report = export_tenant(vault, tenant, file, progress=progress)
+    _print_transfer({**report.to_dict(), "artifacts_present": 0, "file": str(file)}, as_json, "exported")
+
+
+@click.command(name="import")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@main_store_option
+@json_option
+@click.pass_context
+def import_command(ctx: click.Context, file: Path, as_json: bool) -> None:
+    """Import a bundle FILE made by 'refvault export': verified whole before anything is published.
+
+    A damaged or edited bundle is refused (exit 1) and nothing of it is imported; what the store
+    already holds is skipped, and other tenants are never touched.
+    """
+    from refvault.vault.transfer import import_bundle
+
+    with opened(ctx, create=True, audit=False) as vault, _progress_bar("importing") as progress:
+        report = import_bundle(vault, file, progress=progress)
+    _print_transfer(report.to_dict(), as_json, "imported")
