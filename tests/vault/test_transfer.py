@@ -20,7 +20,8 @@ from refvault.keys import authenticate, create_key
 from refvault.model import Principal, Scope
 from refvault.policy import Policy, Rule
 from refvault.vault import Vault
-from refvault.vault.transfer import export_tenant, import_bundle, migrate_store
+from refvault.vault.bundles import export_tenant, import_bundle
+from refvault.vault.transfer import migrate_store
 from tests.servers import S3Endpoint, fresh_catalog, fresh_prefix
 
 ANA = Scope("acme", "ana", "s1")

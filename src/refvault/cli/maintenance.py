@@ -412,7 +412,7 @@ def export(ctx: click.Context, tenant: str, file: Path, as_json: bool) -> None:
 
     Every blob is re-verified as it is written; the file appears only when complete.
     """
-    from refvault.vault.transfer import export_tenant
+    from refvault.vault.bundles import export_tenant
 
     with opened(ctx, read_only=True) as vault, _progress_bar("exporting") as progress:
         report = export_tenant(vault, tenant, file, progress=progress)
@@ -430,7 +430,7 @@ def import_command(ctx: click.Context, file: Path, as_json: bool) -> None:
     A damaged or edited bundle is refused (exit 1) and nothing of it is imported; what the store
     already holds is skipped, and other tenants are never touched.
     """
-    from refvault.vault.transfer import import_bundle
+    from refvault.vault.bundles import import_bundle
 
     with opened(ctx, create=True, audit=False) as vault, _progress_bar("importing") as progress:
         report = import_bundle(vault, file, progress=progress)
