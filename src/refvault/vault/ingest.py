@@ -18,6 +18,7 @@ copy into the page cache overlap on two cores.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import itertools
 import queue
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from refvault.blobs.base import BlobKey, BlobStore, BlobWriter
 from refvault.catalog.base import CHUNK_SIZE, BlobRecord
-from refvault.errors import InvalidArgument
+from refvault.errors import InvalidArgument, StorageError
 from refvault.proofs import LEAF_SIZE, chunk_root, root_of_chunks
 
 __all__ = ["Ingested", "ingest"]
@@ -234,11 +235,15 @@ def ingest(data: object, blobs: BlobStore, *, namespace: str, inline_max: int) -
             background.finish()
             background = None
         writer.seal(BlobKey(namespace, full.hexdigest()))
-    except BaseException:
+    except BaseException as exc:
         if hasher is not None:
             hasher.stop()
         if background is not None:
             background.stop()  # the helper must be gone before the writer's file is closed
         writer.abort()
+        if isinstance(exc, OSError) and not isinstance(exc, StorageError):  # a store let an I/O error through
+            raise StorageError(
+                exc.errno or errno.EIO, f"writing a blob failed: {exc.strerror or 'I/O error'}"
+            ) from None
         raise
     return Ingested(full.hexdigest(), size, None, writer, roots)
