@@ -103,17 +103,20 @@ class _FileReader:
         self.size = size
 
     def read(self, offset: int, length: int) -> bytes:
-        data = os.pread(self._fd, length, offset)
-        if len(data) in (0, length):
-            return data
-        parts = [data]  # a short read before the end: keep reading
-        got = len(data)
-        while got < length:
-            more = os.pread(self._fd, length - got, offset + got)
-            if not more:
-                break
-            parts.append(more)
-            got += len(more)
+        try:
+            data = os.pread(self._fd, length, offset)
+            if len(data) in (0, length):
+                return data
+            parts = [data]  # a short read before the end: keep reading
+            got = len(data)
+            while got < length:
+                more = os.pread(self._fd, length - got, offset + got)
+                if not more:
+                    break
+                parts.append(more)
+                got += len(more)
+        except OSError as exc:  # EIO from the disk: a storage failure, never fewer or other bytes
+            raise _storage_error("reading a blob", exc) from None
         return b"".join(parts)
 
     def close(self) -> None:
@@ -336,7 +339,11 @@ class FilesystemBlobStore:
             return None
         finally:
             os.close(shard_fd)
-        st = os.fstat(fd)
+        try:
+            st = os.fstat(fd)
+        except OSError as exc:
+            os.close(fd)
+            raise _storage_error("opening a blob", exc) from None
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             return None

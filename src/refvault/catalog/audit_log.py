@@ -344,9 +344,11 @@ class AuditAppender(Generic[Item]):
     ``max_batch``-th item appends the batch itself, so under load the readers append, in turns, with no
     second thread competing with them for the interpreter; a background thread appends whatever is
     still queued ``linger`` seconds after it was queued. Batches are appended in the order queued.
-    ``flush`` returns once every item queued before it is stored. If an append fails, the entries of
-    that batch are lost and that ``add`` or ``flush`` and every later one raises :class:`StorageError`
-    (the audit fails closed).
+    ``flush`` returns once every item queued before it is stored. If an append fails (a full disk, the
+    database down), that ``add`` or ``flush`` and every later one raises :class:`StorageError` (the audit
+    fails closed) and no new item is queued; the batch is kept, in order, and each later ``add`` or
+    ``flush`` tries to append it again first, so audited operations resume, with no entry lost, as soon
+    as the catalog can be written again (no restart).
     """
 
     def __init__(
@@ -364,11 +366,14 @@ class AuditAppender(Generic[Item]):
         self._cond = threading.Condition()
         self._appending = threading.Lock()  # one batch at a time, in queue order
         self._queue: list[Item] = []
+        self._unwritten: list[Item] = []  # a batch whose append failed: appended again, first, by the next drain
         self._thread: threading.Thread | None = None
 
     def add(self, entry: Item) -> None:
         if self._pid != os.getpid():
             self._forked()
+        if self._failed is not None:
+            self._drain()  # append the failed batch again: raises while the catalog still cannot be written
         with self._cond:
             self._check()
             if self._stopping:
@@ -386,6 +391,7 @@ class AuditAppender(Generic[Item]):
     def _forked(self) -> None:
         """In a child after ``fork``: the parent's thread, locks and queue are not ours; start afresh."""
         self._reset()
+        self._failed = None  # the parent's failed batch is the parent's to append again
         self._pid = os.getpid()
 
     def flush(self) -> None:
@@ -406,19 +412,25 @@ class AuditAppender(Generic[Item]):
 
     def _check(self) -> None:
         if self._failed is not None:
-            raise StorageError(f"the audit log could not be written ({self._failed}); audited operations stop")
+            raise StorageError(
+                f"the audit log could not be written ({self._failed}); audited operations stop until it can be"
+            )
 
     def _drain(self, *, raising: bool = True) -> None:
         """Append everything queued now (after any batch being appended), in this thread."""
         with self._appending:
             with self._cond:
-                batch, self._queue = self._queue, []
-            if batch and self._failed is None:
+                batch, self._queue = self._unwritten + self._queue, []
+                self._unwritten = []
+            if batch:
                 try:
                     self._append(batch)
-                except Exception as exc:  # recorded by class only; the message could hold anything
+                except Exception as exc:
                     with self._cond:
-                        self._failed = self._failed or type(exc).__name__
+                        self._unwritten, self._failed = batch, _failure(exc)
+                else:
+                    with self._cond:
+                        self._failed = None
         if raising:
             with self._cond:
                 self._check()
@@ -436,6 +448,13 @@ class AuditAppender(Generic[Item]):
             if pid != os.getpid():
                 return
             self._drain(raising=False)
+
+
+def _failure(exc: Exception) -> str:
+    """Why an append failed: a storage error's own message (refvault's, never a value), else the class only."""
+    if isinstance(exc, StorageError):
+        return (exc.strerror or str(exc))[:300]
+    return type(exc).__name__  # the message could hold anything
 
 
 def by_tenant(entries: Sequence[AuditEntry]) -> Iterator[tuple[str, list[AuditEntry]]]:

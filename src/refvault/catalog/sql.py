@@ -293,7 +293,10 @@ class SqlCatalog(SqlAuthority, SqlLineage, SqlBudgets, SqlRuns):
         for attempt in (1, 2):
             if self._closed:
                 raise StorageError("the catalog is closed")
-            connection = self._engine.raw_connection()
+            try:
+                connection = self._engine.raw_connection()
+            except dialect.loaded_dbapi.Error as exc:  # the database is down or refusing connections
+                raise StorageError(f"the catalog failed: {describe(exc)}") from None
             try:
                 raw: Any = connection.dbapi_connection
                 if self._postgres:

@@ -28,6 +28,7 @@ from refvault.problems import PROBLEM_MEDIA_TYPE, PROBLEM_PREFIX, problem_type, 
 __all__ = [
     "PROBLEM_MEDIA_TYPE",
     "PROBLEM_PREFIX",
+    "STORAGE_RETRY_AFTER",
     "UNAUTHENTICATED_DETAIL",
     "Problem",
     "allowed_methods",
@@ -36,6 +37,9 @@ __all__ = [
     "problem",
     "problem_for",
 ]
+
+STORAGE_RETRY_AFTER = 2
+"""Seconds a 503 ``storage-unavailable`` asks a client to wait before retrying (its ``Retry-After``)."""
 
 UNAUTHENTICATED_DETAIL = "a valid API key is required: send 'Authorization: Bearer rvk_...'"
 
@@ -87,6 +91,8 @@ def problem_for(exc: RefvaultError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     if isinstance(exc, TooManyRequests):
         headers = {"Retry-After": str(exc.retry_after)}
+    elif status == 503:  # storage unavailable (a database restarting, a full disk): a retry may well succeed
+        headers = {"Retry-After": str(STORAGE_RETRY_AFTER)}
     detail = UNAUTHENTICATED_DETAIL if status == 401 else _message(exc)
     reason = exc.reason if isinstance(exc, InvalidCursor) else None
     suggestion = exc.suggestion if isinstance(exc, MisCopiedId) else None

@@ -10,6 +10,7 @@ returns only after that put's manifest is committed.
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -99,9 +100,12 @@ class GroupCommit:
 
     @staticmethod
     def _fail(item: Pending, exc: Exception) -> None:
-        item.outcome = (
-            exc if isinstance(exc, RefvaultError) else StorageError(f"publishing failed: {type(exc).__name__}")
-        )
+        if isinstance(exc, RefvaultError):
+            item.outcome = exc
+        elif isinstance(exc, OSError):  # a store let an I/O error through: its errno and the system's words
+            item.outcome = StorageError(exc.errno or errno.EIO, f"publishing failed: {exc.strerror or 'I/O error'}")
+        else:
+            item.outcome = StorageError(f"publishing failed: {type(exc).__name__}")
         item.done = True
         if item.writer is not None:
             item.writer.abort()

@@ -206,8 +206,9 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         facts: dict[str, Any] = {}
         try:
             yield facts
-        except RefvaultError as exc:
-            self._emit(action, scope, artifact_id, type(exc).__name__, facts)
+        except RefvaultError as exc:  # a storage failure is reported as itself, not as the failure to audit it
+            with contextlib.suppress(StorageError) if isinstance(exc, StorageError) else contextlib.nullcontext():
+                self._emit(action, scope, artifact_id, type(exc).__name__, facts)
             raise
         except Exception as exc:
             self._emit(action, scope, artifact_id, f"error:{type(exc).__name__}", facts)

@@ -18,6 +18,7 @@ copy into the page cache overlap on two cores.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import itertools
 import queue
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 
 from refvault.blobs.base import BlobKey, BlobStore, BlobWriter
 from refvault.catalog.base import CHUNK_SIZE, BlobRecord
-from refvault.errors import InvalidArgument
+from refvault.errors import InvalidArgument, StorageError
 from refvault.proofs import LEAF_SIZE, chunk_root, root_of_chunks
 
 __all__ = ["Ingested", "ingest"]
@@ -199,6 +200,45 @@ class _BackgroundWriter:
                 self._thread.join(timeout=0.1)
 
 
+class _StoreErrors:
+    """A blob writer whose I/O errors are :class:`StorageError` even where its store let an ``OSError`` through.
+
+    Only the store's calls are wrapped: an ``OSError`` raised by the caller's input (a source that went
+    away) reaches the caller as it is.
+    """
+
+    __slots__ = ("_writer",)
+
+    def __init__(self, writer: BlobWriter) -> None:
+        self._writer = writer
+
+    def write(self, data: bytes | memoryview) -> None:
+        try:
+            self._writer.write(data)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise _store_error(exc) from None
+
+    def seal(self, key: BlobKey) -> None:
+        try:
+            self._writer.seal(key)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise _store_error(exc) from None
+
+    def publish(self, key: BlobKey) -> None:
+        self._writer.publish(key)
+
+    def abort(self) -> None:
+        self._writer.abort()
+
+
+def _store_error(exc: OSError) -> StorageError:
+    return StorageError(exc.errno or errno.EIO, f"writing a blob failed: {exc.strerror or 'I/O error'}")
+
+
 def ingest(data: object, blobs: BlobStore, *, namespace: str, inline_max: int) -> Ingested:
     """Consume ``data`` once; return its digests and a writer sealed for ``namespace`` (or the inline bytes)."""
     chunks = aligned_chunks(data)
@@ -211,7 +251,7 @@ def ingest(data: object, blobs: BlobStore, *, namespace: str, inline_max: int) -
         roots = (chunk_root(inline) if inline else b"") if MERKLE else None
         return Ingested(full.hexdigest(), len(inline), inline, None, roots)
 
-    writer = blobs.writer()
+    writer = _StoreErrors(blobs.writer())
     background: _BackgroundWriter | None = None
     hasher = _Hasher() if MERKLE else None
     size = 0

@@ -36,6 +36,7 @@ artifact id and the kind of damage, never the bytes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import threading
@@ -64,6 +65,11 @@ def _remember(key: tuple[str, int], root: bytes, roots: bytes) -> None:
         _derived[key] = (root, roots)
 
 
+def _why(exc: OSError) -> str:
+    """The system's words for an I/O error (``strerror``: "Input/output error"), never a path."""
+    return exc.strerror or (errno.errorcode.get(exc.errno or 0) or type(exc).__name__)
+
+
 class VerifiedBlob:
     """One artifact's bytes, opened once, handed out only after verification."""
 
@@ -85,7 +91,12 @@ class VerifiedBlob:
             self.chunk_size = max(record.size, 1)
             return
         self.chunk_size = record.chunk_size
-        reader = blobs.open(record.key)
+        try:
+            reader = blobs.open(record.key)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise StorageError(exc.errno or errno.EIO, f"opening artifact {artifact_id} failed: {_why(exc)}") from None
         if reader is None:
             raise self._damage("its stored bytes are missing", kind="missing")
         if reader.size != record.size:
@@ -170,10 +181,22 @@ class VerifiedBlob:
         assert self._reader is not None
         start = index * self.chunk_size
         length = min(self.chunk_size, self.size - start)
-        data = self._reader.read(start, length)
+        data = self._read(start, length)
         if len(data) != length:
             raise self._damage(f"chunk {index} is truncated")
         return data
+
+    def _read(self, offset: int, length: int) -> bytes:
+        """Raw bytes from the store; an I/O error any store lets through (EIO from a disk) is a StorageError."""
+        assert self._reader is not None
+        try:
+            return self._reader.read(offset, length)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise StorageError(
+                exc.errno or errno.EIO, f"reading artifact {self.artifact_id} failed: {_why(exc)}"
+            ) from None
 
     def _scan(self) -> tuple[str, bytes, bytes]:
         """One pass: the content hash, every chunk digest and every Merkle chunk root, from the same bytes."""
@@ -212,8 +235,7 @@ class VerifiedBlob:
         """Every byte, verified against the content hash; one read and one hash pass."""
         if self.record.inline is not None:
             return self.record.inline
-        assert self._reader is not None
-        data = self._reader.read(0, self.size)
+        data = self._read(0, self.size)
         if len(data) != self.size:
             raise self._damage("it is shorter than recorded")
         if hashlib.sha256(data).hexdigest() != self.record.key.digest:
