@@ -85,6 +85,7 @@ from refvault.server.problems import PROBLEM_MEDIA_TYPE, install_handlers
 from refvault.server.schema import openapi
 from refvault.server.service import Served
 from refvault.server.threads import READ_THREADS
+from refvault.server.traced import NO_FRAMEWORK_TELEMETRY, Traced
 from refvault.vault.core import Vault
 
 __all__ = [
@@ -166,12 +167,14 @@ def create_app(
         description="Safe artifact references: capture, verified selective reads, scoped by API key.",
         redirect_slashes=False,
         lifespan=life,
+        telemetry=NO_FRAMEWORK_TELEMETRY,  # refvault's own spans carry no content (refvault.server.traced)
     )
     for router in _ROUTERS:
         app.include_router(router, prefix="/v1")
     _mount_console(app)
     app.add_middleware(FastContent, vault=vault, keys=keys)  # the hot read, for keys already checked
-    app.add_middleware(BodyIdleTimeout, seconds=body_timeout)  # outermost: every route and /mcp
+    app.add_middleware(BodyIdleTimeout, seconds=body_timeout)  # every route and /mcp
+    app.add_middleware(Traced)  # outermost: the request's span, in the caller's trace (refvault.tracing)
     install_handlers(app)
     app.openapi = partial(openapi, app)  # type: ignore[method-assign]
     if mcp is not None:  # at /mcp exactly (what MCP clients call) and below it

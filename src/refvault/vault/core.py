@@ -46,6 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
+from refvault import tracing
 from refvault.blobs.base import BlobStore
 from refvault.catalog.audit_log import AuditAppender
 from refvault.catalog.base import Catalog, Derivation, Manifest, Publication
@@ -402,14 +403,17 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         marks that artifact of ``scope`` superseded once this one is stored. Over the tenant's byte quota:
         :class:`~refvault.errors.QuotaExceeded`, nothing stored.
         """
-        with self._audited("put", scope) as facts:
-            owner = _checked_scope(scope)
-            checked = CaptureMetadata.of(metadata)
+        with tracing.span("refvault.put") as traced:
+            with self._audited("put", scope) as facts:
+                owner = _checked_scope(scope)
+                checked = CaptureMetadata.of(metadata)
+                if checked.supersedes is not None:
+                    self._manifest(owner, checked.supersedes)  # the replaced artifact is the caller's own: first
+                descriptor = self._capture(owner, data, checked, None, facts)
+            traced.set(tracing.ARTIFACT_ID, descriptor.artifact_id)
+            traced.set(tracing.BYTES, descriptor.size)
             if checked.supersedes is not None:
-                self._manifest(owner, checked.supersedes)  # the replaced artifact is the caller's own: before any byte
-            descriptor = self._capture(owner, data, checked, None, facts)
-        if checked.supersedes is not None:
-            self.supersede(owner, checked.supersedes, descriptor.artifact_id, reason="put(supersedes=...)")
+                self.supersede(owner, checked.supersedes, descriptor.artifact_id, reason="put(supersedes=...)")
         return descriptor
 
     def _capture(
@@ -528,7 +532,10 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         recipient: str = DEFAULT_RECIPIENT,
     ) -> bytes:
         """Verified bytes ``[offset, offset + length)`` (``None``: to the end); only the chunks touched are read."""
-        with self._audited("read", scope, artifact_id) as facts:
+        with (
+            tracing.span("refvault.read_range", {tracing.ARTIFACT_ID: tracing.traced_id(artifact_id)}) as traced,
+            self._audited("read", scope, artifact_id) as facts,
+        ):
             check_byte_span(offset, length)
             _, blob = self._open(scope, artifact_id, purpose, recipient, facts)
             try:
@@ -544,6 +551,8 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
                 whole = len(data) == blob.size  # all of them: that is the content hash, verified as they were read
                 excerpt = blob.record.key.digest if whole else hashlib.sha256(data).hexdigest()
                 facts.update(bytes=len(data), excerpt_hash=excerpt)
+            traced.set(tracing.BYTES, len(data))
+            traced.set(tracing.VERIFIED, True)
         return data
 
     def stream(
@@ -599,8 +608,12 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
     def _stream(self, scope: Scope, artifact_id: str, purpose: str, recipient: str) -> tuple[Manifest, ArtifactStream]:
         blob: VerifiedBlob | None = None
         try:
-            with self._audited("read", scope, artifact_id) as facts:
+            with (
+                tracing.span("refvault.stream", {tracing.ARTIFACT_ID: tracing.traced_id(artifact_id)}) as traced,
+                self._audited("read", scope, artifact_id) as facts,
+            ):
                 manifest, blob = self._open(scope, artifact_id, purpose, recipient, facts)
+                traced.set(tracing.BYTES, blob.size)  # what the stream may return: each chunk is verified as read
                 self._charge_stream(scope, blob.size)  # the run's budget
                 facts.update(content_hash="sha256:" + manifest.digest, byte_range=(0, blob.size))
                 facts["selection"] = f"stream opened on bytes 0-{blob.size}"  # what it returns is recorded at close
@@ -669,7 +682,12 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         record sets (:class:`refvault.contract.VaultContract`); a
         :class:`~refvault.client.Client` sends ``request`` to its server instead.
         """
-        return local(self)
+        with tracing.span(
+            tracing.selection_name(request), {tracing.ARTIFACT_ID: tracing.traced_id(artifact_id)}
+        ) as traced:
+            answer = local(self)
+            tracing.selection_facts(traced, answer)
+        return answer
 
     def audit_read(
         self,
