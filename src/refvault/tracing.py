@@ -23,11 +23,12 @@ Invariants (tested in ``tests/test_tracing.py``):
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
-from collections.abc import Iterator, Mapping, MutableMapping
-from contextlib import contextmanager
-from typing import Any, Final, Literal
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Final, Literal, TypeVar
 
 from refvault.ids import is_artifact_id
 
@@ -35,9 +36,11 @@ __all__ = [
     "ATTRIBUTES",
     "EXECUTE_TOOL",
     "SpanFacts",
+    "audited",
     "enabled",
     "extracted",
     "inject",
+    "selection",
     "selection_facts",
     "selection_name",
     "span",
@@ -75,6 +78,9 @@ ATTRIBUTES: Final = frozenset(
     }
 )
 """Every attribute key refvault sets on a span (the values: ids, counts, booleans, class names, route templates)."""
+
+Facts = dict[str, Any]
+"""An audited vault operation's facts (ids, counts, hashes): :func:`audited` puts the ids and counts on its span."""
 
 Kind = Literal["internal", "client", "server"]
 Attribute = str | bool | int
@@ -290,6 +296,28 @@ _SELECTIONS: Final = {
 }
 
 
+R = TypeVar("R")
+
+
+def selection(name: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Decorate a selective read's engine (``run_window(vault, scope, artifact_id, ...)``): each run is a span
+    ``name`` with ``refvault.artifact.id`` and the counts of its answer (:func:`selection_facts`)."""
+
+    def decorate(engine: Callable[..., R]) -> Callable[..., R]:
+        @functools.wraps(engine)
+        def traced(vault: object, scope: object, artifact_id: object, *args: Any, **kwargs: Any) -> R:
+            if _tracer() is None:
+                return engine(vault, scope, artifact_id, *args, **kwargs)
+            with span(name, {ARTIFACT_ID: traced_id(artifact_id)}) as facts:
+                answer = engine(vault, scope, artifact_id, *args, **kwargs)
+                selection_facts(facts, answer)
+            return answer
+
+        return traced
+
+    return decorate
+
+
 def selection_name(request: object) -> str:
     """The span name of a selective read (:class:`refvault.operations.Selection`): ``refvault.window``,
     ``refvault.grep``, ``refvault.query`` or ``refvault.records``."""
@@ -299,7 +327,11 @@ def selection_name(request: object) -> str:
 def selection_facts(facts: SpanFacts, answer: object) -> None:
     """Counts of a selective read's ``answer`` on its span: ``refvault.records`` (records, matches or lines
     returned), ``refvault.bytes`` (a window's text, UTF-8). Never the answer itself."""
-    if not facts.recording or not isinstance(answer, Mapping):
+    if not facts.recording:
+        return
+    count = getattr(answer, "count", None)  # a RecordSet
+    if not isinstance(answer, Mapping):
+        facts.set(RECORDS, _count(count))
         return
     records = answer.get("records")
     if isinstance(records, list):
@@ -309,3 +341,58 @@ def selection_facts(facts: SpanFacts, answer: object) -> None:
     text = answer.get("text")
     if isinstance(text, str):
         facts.set(BYTES, len(text.encode("utf-8", "surrogatepass")))
+
+
+UNTRACED: Final = "-"
+"""The ``op`` of an audited vault operation that is no span of its own (an audit entry for a read an engine
+served, inside that read's span)."""
+
+
+def audited(
+    operation: Callable[..., Iterator[Facts]],
+) -> Callable[..., AbstractContextManager[Facts]]:
+    """:func:`contextlib.contextmanager` for the vault's audited operations (``Vault._audited(action, scope,
+    artifact_id=None, op="")``), each run also in a span: ``op``, else ``refvault.<action>`` (none for
+    :data:`UNTRACED`).
+
+    The span has ``refvault.artifact.id`` (a well-formed id given or found) and, once the operation ends
+    normally, what its audit facts count: ``refvault.bytes`` (the byte range read, or the size captured)
+    and ``refvault.records``; ``refvault.verified`` for a byte read (its bytes were checked before they
+    were returned). The facts' other values (hashes, selections, purposes) are never put on a span.
+    """
+    managed = contextmanager(operation)
+
+    @contextmanager
+    @functools.wraps(operation)
+    def traced(owner: object, action: str, scope: object, artifact_id: object = None, op: str = "") -> Iterator[Facts]:
+        if op == UNTRACED or _tracer() is None:
+            with managed(owner, action, scope, artifact_id, op) as facts:
+                yield facts
+            return
+        name = op or f"refvault.{action}"
+        with (
+            span(name, {ARTIFACT_ID: traced_id(artifact_id)}) as told,
+            managed(owner, action, scope, artifact_id, op) as facts,
+        ):
+            yield facts
+            _audit_facts(told, facts, verified=name == "refvault.read_range")
+
+    return traced
+
+
+def _audit_facts(told: SpanFacts, facts: Mapping[str, Any], *, verified: bool) -> None:
+    if not told.recording:
+        return
+    told.set(ARTIFACT_ID, traced_id(facts.get("artifact_id")))
+    byte_range = facts.get("byte_range")
+    if isinstance(byte_range, tuple) and len(byte_range) == 2 and all(isinstance(n, int) for n in byte_range):
+        told.set(BYTES, byte_range[1] - byte_range[0])
+        if verified:
+            told.set(VERIFIED, True)
+    else:
+        told.set(BYTES, _count(facts.get("size")) or _count(facts.get("bytes")))
+    told.set(RECORDS, _count(facts.get("records")))
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

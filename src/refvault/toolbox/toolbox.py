@@ -42,14 +42,11 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
 
-from refvault import tracing
 from refvault.budgets import Budget
 from refvault.errors import BadRef, InvalidArgument, InvalidType, MisCopiedId, PolicyDenied, RefvaultError
 from refvault.ids import is_artifact_id
@@ -77,6 +74,7 @@ from refvault.toolbox.ref import DispatchFrame, enter_frame
 from refvault.toolbox.schemas import Flavor as Flavor  # re-exported, as before
 from refvault.toolbox.schemas import gemini_schema as gemini_schema  # re-exported, as before
 from refvault.toolbox.schemas import tool_schema
+from refvault.toolbox.spans import execute_tool, execute_tool_async, tool_failed, tool_known
 from refvault.toolbox.substitute import bind_refs
 from refvault.toolbox.taint import (
     ContextReads,
@@ -99,37 +97,6 @@ if TYPE_CHECKING:
 __all__ = ["Artifact", "Observation", "ToolContext", "ToolEvent", "Toolbox"]
 
 logger = logging.getLogger("refvault.toolbox")
-
-_TOOL_SPAN: ContextVar[tracing.SpanFacts | None] = ContextVar("refvault_tool_span", default=None)
-"""The ``execute_tool`` span of the tool call this context dispatches (None: tracing is off)."""
-
-
-@contextmanager
-def _execute_tool(tool_call_id: str | None) -> Iterator[None]:
-    """One tool call's ``execute_tool`` span (GenAI semantic conventions); named for its tool once the tool is
-    known to be registered (a name the model made up is never a span name or attribute)."""
-    attributes = {"gen_ai.operation.name": tracing.EXECUTE_TOOL, "gen_ai.tool.call.id": tool_call_id}
-    with tracing.span(tracing.EXECUTE_TOOL, attributes) as facts:
-        if not facts.recording:
-            yield
-            return
-        token = _TOOL_SPAN.set(facts)
-        try:
-            yield
-        finally:
-            _TOOL_SPAN.reset(token)
-
-
-def _trace_tool(name: str, failure: str | None = None) -> None:
-    """Name this context's ``execute_tool`` span for registered tool ``name``; mark it failed with ``failure``."""
-    facts = _TOOL_SPAN.get()
-    if facts is None:
-        return
-    facts.rename(f"{tracing.EXECUTE_TOOL} {name}")
-    facts.set("gen_ai.tool.name", name)
-    if failure is not None:
-        facts.fail(failure)
-
 
 MAX_PROTECTED_IDS = 100_000
 POLICY_REFRESH = 5.0
@@ -496,6 +463,7 @@ class Toolbox:
 
     # -- dispatch --------------------------------------------------------------------
 
+    @execute_tool_async  # an execute_tool span (refvault.toolbox.spans)
     async def call(
         self,
         name: str,
@@ -514,22 +482,8 @@ class Toolbox:
         returned bytes), run in a worker thread so the event loop never blocks.
         A tool that raises something other than an ``Exception`` (cancellation,
         ``KeyboardInterrupt``) has it re-raised as a fresh, empty exception of
-        the same type: nothing the tool put in it leaves the dispatcher.
-
-        Traced as an ``execute_tool`` span (:mod:`refvault.tracing`) when the application configured a tracer.
+        the same type: nothing the tool put in it leaves the dispatcher. Traced: :mod:`refvault.toolbox.spans`.
         """
-        with _execute_tool(tool_call_id):
-            return await self._call(name, arguments, scope, run_id, tool_call_id, model_context_tokens)
-
-    async def _call(
-        self,
-        name: str,
-        arguments: str | Mapping[str, Any],
-        scope: Scope,
-        run_id: str | None,
-        tool_call_id: str | None,
-        model_context_tokens: int | None,
-    ) -> Observation:
         tool = self._tools.get(name)
         if tool is not None and tool.takes_refs:
             prepared = await asyncio.to_thread(
@@ -557,6 +511,7 @@ class Toolbox:
             return await asyncio.to_thread(self._conclude, prepared, outcome)
         return self._conclude(prepared, outcome)
 
+    @execute_tool
     def call_sync(
         self,
         name: str,
@@ -570,18 +525,6 @@ class Toolbox:
         """:meth:`call` for synchronous callers. An async tool runs in a private event loop: in this
         thread, or (when this thread already runs an event loop, as in a notebook) in a worker thread
         that carries this thread's context."""
-        with _execute_tool(tool_call_id):
-            return self._call_sync(name, arguments, scope, run_id, tool_call_id, model_context_tokens)
-
-    def _call_sync(
-        self,
-        name: str,
-        arguments: str | Mapping[str, Any],
-        scope: Scope,
-        run_id: str | None,
-        tool_call_id: str | None,
-        model_context_tokens: int | None,
-    ) -> Observation:
         prepared = self._prepare(name, arguments, scope, run_id, tool_call_id, model_context_tokens)
         if isinstance(prepared, Observation):
             return prepared
@@ -660,7 +603,7 @@ class Toolbox:
         return Prepared(tool, frame, kwargs, tuple(refs), scope, run_id, tool_call_id, sealed, labels, reads, caps=caps)
 
     def _started(self, prepared: Prepared) -> None:
-        _trace_tool(prepared.tool.name)
+        tool_known(prepared.tool.name)
         self._record(
             ToolEvent("tool_started", prepared.tool.name, prepared.run_id, prepared.tool_call_id, refs=prepared.refs)
         )
@@ -678,12 +621,7 @@ class Toolbox:
     ) -> Observation:
         """A call refused before its tool ran; its audit entry names the tool only if one is ``registered`` under
         ``name`` (else ``name`` is the model's text)."""
-        if registered:
-            _trace_tool(name, kind)
-        else:
-            facts = _TOOL_SPAN.get()
-            if facts is not None:
-                facts.fail(kind)
+        tool_failed(name if registered else None, kind)
         self._record(ToolEvent("tool_failed", name, run_id, call, error_type=kind))
         self._audit_call(scope, name if registered else None, kind)
         return Observation(call, f"error: {message}", is_error=True)
@@ -720,7 +658,7 @@ class Toolbox:
                 self._exempt_disclosed(prepared, observation, captured)
                 self._audit_call(prepared.scope, prepared.tool.name, "ok", _took(prepared), (*_written(prepared), *ids))
                 return observation
-        _trace_tool(prepared.tool.name, outcome.failure or "error")
+        tool_failed(prepared.tool.name, outcome.failure or "error")
         self._record(
             ToolEvent(
                 "tool_failed",

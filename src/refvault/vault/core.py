@@ -199,8 +199,8 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         """
         self._emit(action, _checked_scope(scope), artifact_id, outcome, dict(facts))
 
-    @contextmanager
-    def _audited(self, action: str, scope: object, artifact_id: object = None) -> Iterator[dict[str, Any]]:
+    @tracing.audited  # a contextmanager, and a span (op, else refvault.<action>) when tracing is on
+    def _audited(self, action: str, scope: object, artifact_id: object = None, op: str = "") -> Iterator[tracing.Facts]:
         """Run one operation and audit its outcome; also refuses to run on a closed vault."""
         if self._closed:
             raise StorageError("this vault is closed")
@@ -403,17 +403,14 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         marks that artifact of ``scope`` superseded once this one is stored. Over the tenant's byte quota:
         :class:`~refvault.errors.QuotaExceeded`, nothing stored.
         """
-        with tracing.span("refvault.put") as traced:
-            with self._audited("put", scope) as facts:
-                owner = _checked_scope(scope)
-                checked = CaptureMetadata.of(metadata)
-                if checked.supersedes is not None:
-                    self._manifest(owner, checked.supersedes)  # the replaced artifact is the caller's own: first
-                descriptor = self._capture(owner, data, checked, None, facts)
-            traced.set(tracing.ARTIFACT_ID, descriptor.artifact_id)
-            traced.set(tracing.BYTES, descriptor.size)
+        with self._audited("put", scope) as facts:
+            owner = _checked_scope(scope)
+            checked = CaptureMetadata.of(metadata)
             if checked.supersedes is not None:
-                self.supersede(owner, checked.supersedes, descriptor.artifact_id, reason="put(supersedes=...)")
+                self._manifest(owner, checked.supersedes)  # the replaced artifact is the caller's own: before any byte
+            descriptor = self._capture(owner, data, checked, None, facts)
+        if checked.supersedes is not None:
+            self.supersede(owner, checked.supersedes, descriptor.artifact_id, reason="put(supersedes=...)")
         return descriptor
 
     def _capture(
@@ -472,7 +469,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         with self._put_charged(payer or owner, got.size, got.writer, checked.idempotency_key):  # the run's budget
             stored = self._committer.submit(Pending(Publication(manifest, record, entry, requires), got.writer))
         descriptor = with_integrity(stored.descriptor() if stored.origin is None else self.with_status(stored), record)
-        facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)
+        facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash, size=descriptor.size)
         facts[WRITTEN] = entry is not None and stored.artifact_id == manifest.artifact_id
         return descriptor
 
@@ -532,10 +529,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         recipient: str = DEFAULT_RECIPIENT,
     ) -> bytes:
         """Verified bytes ``[offset, offset + length)`` (``None``: to the end); only the chunks touched are read."""
-        with (
-            tracing.span("refvault.read_range", {tracing.ARTIFACT_ID: tracing.traced_id(artifact_id)}) as traced,
-            self._audited("read", scope, artifact_id) as facts,
-        ):
+        with self._audited("read", scope, artifact_id, "refvault.read_range") as facts:
             check_byte_span(offset, length)
             _, blob = self._open(scope, artifact_id, purpose, recipient, facts)
             try:
@@ -551,8 +545,6 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
                 whole = len(data) == blob.size  # all of them: that is the content hash, verified as they were read
                 excerpt = blob.record.key.digest if whole else hashlib.sha256(data).hexdigest()
                 facts.update(bytes=len(data), excerpt_hash=excerpt)
-            traced.set(tracing.BYTES, len(data))
-            traced.set(tracing.VERIFIED, True)
         return data
 
     def stream(
@@ -608,12 +600,8 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
     def _stream(self, scope: Scope, artifact_id: str, purpose: str, recipient: str) -> tuple[Manifest, ArtifactStream]:
         blob: VerifiedBlob | None = None
         try:
-            with (
-                tracing.span("refvault.stream", {tracing.ARTIFACT_ID: tracing.traced_id(artifact_id)}) as traced,
-                self._audited("read", scope, artifact_id) as facts,
-            ):
+            with self._audited("read", scope, artifact_id, "refvault.stream") as facts:
                 manifest, blob = self._open(scope, artifact_id, purpose, recipient, facts)
-                traced.set(tracing.BYTES, blob.size)  # what the stream may return: each chunk is verified as read
                 self._charge_stream(scope, blob.size)  # the run's budget
                 facts.update(content_hash="sha256:" + manifest.digest, byte_range=(0, blob.size))
                 facts["selection"] = f"stream opened on bytes 0-{blob.size}"  # what it returns is recorded at close
@@ -682,12 +670,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         record sets (:class:`refvault.contract.VaultContract`); a
         :class:`~refvault.client.Client` sends ``request`` to its server instead.
         """
-        with tracing.span(
-            tracing.selection_name(request), {tracing.ARTIFACT_ID: tracing.traced_id(artifact_id)}
-        ) as traced:
-            answer = local(self)
-            tracing.selection_facts(traced, answer)
-        return answer
+        return local(self)
 
     def audit_read(
         self,
@@ -708,7 +691,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         caller text; ``excerpt_hash`` the hex SHA-256 of exactly the text it returned, which makes the read a
         disclosure in the ledger; ``bytes``/``records`` what it returned.
         """
-        with self._audited(action, scope, descriptor.artifact_id) as facts:
+        with self._audited(action, scope, descriptor.artifact_id, tracing.UNTRACED) as facts:  # the read's own span
             facts.update(content_hash=descriptor.content_hash, purpose=purpose, recipient=recipient)
             facts.update(selection=selection, excerpt_hash=excerpt_hash, bytes=bytes, records=records)
 
