@@ -363,12 +363,21 @@ def test_a_canary_in_content_arguments_filenames_and_results_is_in_no_span(
 
             box.call_sync("echo", {"doc": text.artifact_id, "note": CANARY}, scope=SCOPE, tool_call_id="c1")
             box.call_sync("read_artifact", {"artifact_id": text.artifact_id}, scope=SCOPE, tool_call_id="c2")
-            box.call_sync("grep_artifact", {"artifact_id": text.artifact_id, "pattern": CANARY}, scope=SCOPE)
+            box.call_sync("read_artifact", {"artifact_id": text.artifact_id, "pattern": CANARY}, scope=SCOPE)
             box.call_sync("echo", {"doc": CANARY, "note": CANARY}, scope=SCOPE, tool_call_id="c3")
+    server = ArtifactTools(embedded_vault).server(lambda ctx: SCOPE)
+
+    async def over_mcp() -> None:
+        async with McpClient(server, cache=None) as mcp:
+            await mcp.call_tool("read_artifact", {"artifact_id": text.artifact_id, "pattern": CANARY})
+            await mcp.call_tool("read_artifact", {"artifact_id": CANARY})
+
+    anyio.run(over_mcp)
     spans = exporter.get_finished_spans()
     assert {"refvault.put", "refvault.grep", "refvault.query", "execute_tool echo", "POST /v1/artifacts"} <= {
         s.name for s in spans
     }
+    assert len(named(exporter, "execute_tool read_artifact")) == 6  # 2 per vault, 2 over MCP
     assert CANARY not in everything_said(spans)
 
 

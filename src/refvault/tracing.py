@@ -8,11 +8,13 @@ provider has imported it), then whether the global provider is the API's default
 
 Invariants (tested in ``tests/test_tracing.py``):
 
-* **Never content.** Span names are fixed words and registered tool names; attributes are ids, counts,
-  booleans and error class names (:data:`ATTRIBUTES` lists every key refvault sets). No argument value,
-  no byte of content, no filename, no exception message reaches a span: an error sets the span's status
-  to ERROR without a description and ``error.type`` / ``refvault.outcome`` to the error's class name;
-  exceptions are not recorded as events.
+* **Never content.** Span names are fixed words, route templates and registered tool names; attributes
+  are ids, counts, booleans and error class names (:data:`ATTRIBUTES` lists every key refvault sets). No
+  argument value, no byte of content, no filename, no exception message reaches a span: an error sets the
+  span's status to ERROR without a description and ``error.type`` / ``refvault.outcome`` to the error's
+  class name; exceptions are not recorded as events.
+* Every audited vault operation is a span (:func:`audited`), so are the read engines (:func:`selection`),
+  guard checks and each HTTP request ``refvault serve`` answers (:mod:`refvault.server.traced`).
 * **Never in the way.** A failure inside the OpenTelemetry API or SDK while starting, annotating or
   ending a span is swallowed (logged at DEBUG); the operation runs and answers exactly as without tracing.
 * Tool calls follow the GenAI semantic conventions: an ``execute_tool {name}`` span with
