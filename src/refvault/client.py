@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from refvault import tracing
 from refvault.client_authority import AuthorityCalls
 from refvault.client_copies import CopyCalls
 from refvault.client_runs import RunCalls
@@ -255,7 +256,9 @@ class Client(AuthorityCalls, CopyCalls, RunCalls):
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Request:
         try:
-            return self._http.build_request(method, path, **kwargs)
+            request = self._http.build_request(method, path, **kwargs)
+            tracing.inject(request.headers)  # W3C trace context: the server's spans join the caller's trace
+            return request
         except UnicodeEncodeError:
             raise InvalidArgument("an argument is not valid Unicode text (it holds a lone surrogate)") from None
         except RuntimeError:
@@ -286,6 +289,13 @@ class Client(AuthorityCalls, CopyCalls, RunCalls):
         streamed in 1 MiB chunks and never held whole. Metadata is checked here
         before the first byte is sent (the server checks it again).
         """
+        with tracing.span("refvault.put", kind="client") as traced:
+            descriptor = self._put(scope, data, options)
+            traced.set(tracing.ARTIFACT_ID, descriptor.artifact_id)
+            traced.set(tracing.BYTES, descriptor.size)
+        return descriptor
+
+    def _put(self, scope: Scope, data: object, options: CaptureOptions) -> Descriptor:
         from refvault.vault.ingest import aligned_chunks
 
         capture = CaptureMetadata.of(options)
@@ -362,6 +372,16 @@ class Client(AuthorityCalls, CopyCalls, RunCalls):
         The server verifies the chunks it reads; a range that turns out to be the
         whole artifact is hashed here as well.
         """
+        traced_id = {tracing.ARTIFACT_ID: tracing.traced_id(artifact_id)}
+        with tracing.span("refvault.read_range", traced_id, kind="client") as traced:
+            data = self._read_range(scope, artifact_id, offset, length, purpose, recipient)
+            traced.set(tracing.BYTES, len(data))
+            traced.set(tracing.VERIFIED, True)
+        return data
+
+    def _read_range(
+        self, scope: Scope, artifact_id: str, offset: int, length: int | None, purpose: str, recipient: str
+    ) -> bytes:
         check_byte_span(offset, length)
         if offset == 0 and length is None:
             return self.read_bytes(scope, artifact_id, purpose=purpose, recipient=recipient)
@@ -401,6 +421,12 @@ class Client(AuthorityCalls, CopyCalls, RunCalls):
         Memory use is one received chunk. The stream is not seekable; close it
         (or use it as a context manager) to release the connection.
         """
+        with tracing.span("refvault.stream", {tracing.ARTIFACT_ID: tracing.traced_id(artifact_id)}, kind="client") as t:
+            opened = self._stream(scope, artifact_id, purpose, recipient)
+            t.set(tracing.BYTES, opened.size)
+        return opened
+
+    def _stream(self, scope: Scope, artifact_id: str, purpose: str, recipient: str) -> ClientStream:
         headers = self._headers(scope, purpose=purpose, recipient=recipient)
         request = self._request("GET", self._path(artifact_id, "/content"), headers=headers)
         response = self._send(request, artifact_id, stream=True)
@@ -524,6 +550,13 @@ class Client(AuthorityCalls, CopyCalls, RunCalls):
 
     def read_selection(self, scope: Scope, artifact_id: str, request: Selection[T], local: LocalRead[T]) -> T:
         """Have the server run a selective read (the vault contract's door for them); ``local`` is not called."""
+        name, traced_id = tracing.selection_name(request), tracing.traced_id(artifact_id)
+        with tracing.span(name, {tracing.ARTIFACT_ID: traced_id}, kind="client") as traced:
+            answer = self._selection(scope, artifact_id, request)
+            tracing.selection_facts(traced, answer)
+        return answer
+
+    def _selection(self, scope: Scope, artifact_id: str, request: Selection[T]) -> T:
         answer: object
         if isinstance(request, WindowRequest):
             answer = self.window(

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import numpy as np
 
+from refvault import tracing
 from refvault.errors import ContextLeak, InvalidArgument, InvalidType
 from refvault.guard.base64_scan import base64_runs
 from refvault.guard.compiling import compile_all
@@ -352,7 +353,22 @@ class LeakGuard:
         one passage stays under ``piece_limit``; nor are pieces in a leaf where the content arm found the
         same artifact (it is refused, or redacted and its copy counted). Tested in
         ``tests/security/test_guard_transforms.py``.
+
+        Traced as a ``refvault.guard.check`` span (:mod:`refvault.tracing`): the number of findings and the
+        outcome (``ok``, ``redacted`` or ``ContextLeak``), never the request.
         """
+        with tracing.span("refvault.guard.check") as traced:
+            try:
+                checked, findings = self._check(request, recipient, purpose)
+            except ContextLeak as exc:
+                traced.set(tracing.FINDINGS, len(exc.findings))
+                raise
+            traced.set(tracing.FINDINGS, len(findings))
+            if findings:
+                traced.set(tracing.OUTCOME, "redacted")
+            return checked
+
+    def _check(self, request: object, recipient: str | None, purpose: str) -> tuple[object, list[Finding]]:
         scanned = self._scan(request, recipient, purpose)
         with self._run_lock:  # the decision and the record of what is sent, at once
             totals = self._totals(scanned.shorts)
@@ -369,10 +385,10 @@ class LeakGuard:
                 self._remember(sent)
         if not findings:
             self._passed(scanned)
-            return request
+            return request, findings
         self._log(findings)
         self._stopped(findings, scanned)
-        return redacted
+        return redacted, findings
 
     def _passed(self, scanned: _Scanned) -> None:
         """Tell ``on_pass`` which request parts carried content of artifacts the policy allows there."""

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from refvault import tracing
 from refvault.errors import BudgetExceeded, InvalidArgument, UnsupportedRead
 from refvault.ids import namespace_of
 from refvault.model import Descriptor, Scope
@@ -66,6 +67,7 @@ def derivation_of(vault: Vault, scope: Scope, artifact_id: str) -> Derivation | 
     return None if kind is None else vault.derived(scope, artifact_id, kind)
 
 
+@tracing.selection("refvault.records")
 def run_derived_records(vault: Vault, scope: Scope, artifact_id: str) -> RecordSet | None:
     """:func:`~refvault.read.records.derived_records` on an embedded vault: never builds (None if not built)."""
     descriptor = vault.describe(scope, artifact_id)
@@ -74,6 +76,7 @@ def run_derived_records(vault: Vault, scope: Scope, artifact_id: str) -> RecordS
     return None if derivation is None else _record_set(descriptor, derivation)
 
 
+@tracing.selection("refvault.records")
 def run_derive(vault: Vault, scope: Scope, artifact_id: str) -> RecordSet:
     """:func:`~refvault.read.records.derive` on an embedded vault: build the derivative once, say what it holds."""
     descriptor = readable(vault, scope, artifact_id)

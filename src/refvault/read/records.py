@@ -57,6 +57,7 @@ import datetime as dt
 import json
 from typing import TYPE_CHECKING, Any
 
+from refvault import tracing
 from refvault.contract import VaultContract
 from refvault.errors import NotFound
 from refvault.limits import CURSOR_TTL_SECONDS, DEFAULT_QUERY_LIMIT, DEFAULT_QUERY_SECONDS, MAX_LIMIT
@@ -189,6 +190,7 @@ def query(
     )
 
 
+@tracing.selection("refvault.query")
 def run_query(vault: Vault, scope: Scope, artifact_id: str, request: QueryRequest) -> dict[str, Any]:
     """:func:`query` on an embedded vault (the engine a server runs for its clients).
 

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from refvault import tracing
 from refvault.contract import VaultContract
 from refvault.errors import InvalidArgument, RefvaultError, UnsupportedRead
 from refvault.limits import (
@@ -176,6 +177,7 @@ def window(
     )
 
 
+@tracing.selection("refvault.window")
 def run_window(vault: Vault, scope: Scope, artifact_id: str, request: WindowRequest) -> dict[str, Any]:
     """:func:`window` on an embedded vault (the engine a server runs for its clients).
 
@@ -573,6 +575,7 @@ def grep(
     return vault.read_selection(scope, artifact_id, request, lambda local: run_grep(local, scope, artifact_id, request))
 
 
+@tracing.selection("refvault.grep")
 def run_grep(vault: Vault, scope: Scope, artifact_id: str, request: GrepRequest) -> dict[str, Any]:
     """:func:`grep` on an embedded vault (the engine a server runs for its clients)."""
     vault = acting(vault, request.purpose, request.recipient)

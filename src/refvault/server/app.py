@@ -91,6 +91,7 @@ from refvault.server.routes_ops import Drain, Draining
 from refvault.server.schema import openapi
 from refvault.server.service import Served
 from refvault.server.threads import READ_THREADS
+from refvault.server.traced import NO_FRAMEWORK_TELEMETRY, Traced
 from refvault.vault.core import Vault
 
 __all__ = [
@@ -173,6 +174,7 @@ def create_app(
         description="Safe artifact references: capture, verified selective reads, scoped by API key.",
         redirect_slashes=False,
         lifespan=life,
+        telemetry=NO_FRAMEWORK_TELEMETRY,  # refvault's own spans carry no content (refvault.server.traced)
     )
     for router in _ROUTERS:
         app.include_router(router, prefix="/v1")
@@ -181,6 +183,7 @@ def create_app(
     app.add_middleware(BodyIdleTimeout, seconds=body_timeout)  # every route and /mcp
     draining = Draining()
     app.add_middleware(Drain, state=draining)  # 503 for new requests once SIGTERM came (routes_ops)
+    app.add_middleware(Traced)  # the request's span, in the caller's trace (refvault.tracing)
     if find_spec("prometheus_client") is not None:  # the server extra: GET /metrics, every request counted
         app.include_router(routes_ops.metrics_router)
         app.add_middleware(RequestMetrics)  # outermost

@@ -74,6 +74,7 @@ from refvault.toolbox.ref import DispatchFrame, enter_frame
 from refvault.toolbox.schemas import Flavor as Flavor  # re-exported, as before
 from refvault.toolbox.schemas import gemini_schema as gemini_schema  # re-exported, as before
 from refvault.toolbox.schemas import tool_schema
+from refvault.toolbox.spans import execute_tool, execute_tool_async, tool_failed, tool_known
 from refvault.toolbox.substitute import bind_refs
 from refvault.toolbox.taint import (
     ContextReads,
@@ -426,6 +427,7 @@ class Toolbox:
 
     # -- dispatch --------------------------------------------------------------------
 
+    @execute_tool_async  # an execute_tool span (refvault.toolbox.spans)
     async def call(
         self,
         name: str,
@@ -444,7 +446,7 @@ class Toolbox:
         returned bytes), run in a worker thread so the event loop never blocks.
         A tool that raises something other than an ``Exception`` (cancellation,
         ``KeyboardInterrupt``) has it re-raised as a fresh, empty exception of
-        the same type: nothing the tool put in it leaves the dispatcher.
+        the same type: nothing the tool put in it leaves the dispatcher. Traced: :mod:`refvault.toolbox.spans`.
         """
         tool = self._tools.get(name)
         if tool is not None and tool.takes_refs:
@@ -473,6 +475,7 @@ class Toolbox:
             return await asyncio.to_thread(self._conclude, prepared, outcome)
         return self._conclude(prepared, outcome)
 
+    @execute_tool
     def call_sync(
         self,
         name: str,
@@ -564,6 +567,7 @@ class Toolbox:
         return Prepared(tool, frame, kwargs, tuple(refs), scope, run_id, tool_call_id, sealed, labels, reads, caps=caps)
 
     def _started(self, prepared: Prepared) -> None:
+        tool_known(prepared.tool.name)
         self._record(
             ToolEvent("tool_started", prepared.tool.name, prepared.run_id, prepared.tool_call_id, refs=prepared.refs)
         )
@@ -581,6 +585,7 @@ class Toolbox:
     ) -> Observation:
         """A call refused before its tool ran; its audit entry names the tool only if one is ``registered`` under
         ``name`` (else ``name`` is the model's text)."""
+        tool_failed(name if registered else None, kind)
         self._record(ToolEvent("tool_failed", name, run_id, call, error_type=kind))
         self._audit_call(scope, name if registered else None, kind)
         return Observation(call, f"error: {message}", is_error=True)
@@ -619,6 +624,7 @@ class Toolbox:
                     prepared.scope, prepared.tool.name, "ok", took_by(prepared), (*written_by(prepared), *ids)
                 )
                 return observation
+        tool_failed(prepared.tool.name, outcome.failure or "error")
         self._record(
             ToolEvent(
                 "tool_failed",

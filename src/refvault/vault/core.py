@@ -2,34 +2,26 @@
 
 Invariants, and where each is enforced and tested:
 
-* **Publish after durable.** ``put`` consumes the input into a private
-  temporary while hashing, ``fsync``s it, then in one catalog transaction
-  renames it into place, ``fsync``s the directory and commits the manifest;
-  only then does it return a descriptor. Small blobs live in the catalog row
-  and commit atomically with it. No published reference ever points at
-  missing or partial bytes (``tests/security/test_crash.py`` kills writers at random).
-* **Opaque, fresh ids.** Every capture gets a new ``art_`` id with 128 random
-  bits; an ``idempotency_key`` (unique per scope) makes a retried put return
-  the same id, and reusing it for a different capture (other bytes or
+* **Publish after durable.** ``put`` consumes the input into a private temporary while hashing, ``fsync``s it, then
+  in one catalog transaction renames it into place, ``fsync``s the directory and commits the manifest; only then
+  does it return a descriptor. Small blobs live in the catalog row and commit atomically with it. No published
+  reference ever points at missing or partial bytes (``tests/security/test_crash.py`` kills writers at random).
+* **Opaque, fresh ids.** Every capture gets a new ``art_`` id with 128 random bits; an ``idempotency_key`` (unique
+  per scope) makes a retried put return the same id, and reusing it for a different capture (other bytes or
   metadata) is an :class:`~refvault.errors.IdempotencyConflict`.
-* **Tenant-only dedup.** Blobs are addressed by (tenant namespace, SHA-256),
-  so identical bytes are stored once per tenant and never shared across
-  tenants: no dedupe or timing oracle between tenants.
-* **Scope is the read key.** Every read matches id and (tenant, user,
-  session) in one lookup; any mismatch is the same :class:`NotFound` as an
-  absent id. ``expires_at`` is checked on every read and gives
-  :class:`Expired`, which only the owner can ever see.
-* **Verified reads.** See :mod:`refvault.vault.verified`: every byte returned
-  was checked against digests held in the catalog; damage raises
-  :class:`IntegrityError` and returns nothing bad.
-* **Authentic manifests.** Every manifest the vault acts on comes from the
-  catalog, which checks each row's MAC under a key kept outside it
-  (:mod:`refvault.catalog.macs`): an edited, moved or forged row is an
-  :class:`IntegrityError` on every read, and ``verify`` reports every such row
-  and every artifact whose blob is not in its own tenant's namespace
-  (``tests/security/test_manifest_integrity.py``).
-* **Bad input loses nothing.** All metadata is validated before the first
-  byte is read; a failed put leaves at worst a temporary that ``gc`` removes.
+* **Tenant-only dedup.** Blobs are addressed by (tenant namespace, SHA-256), so identical bytes are stored once per
+  tenant and never shared across tenants: no dedupe or timing oracle between tenants.
+* **Scope is the read key.** Every read matches id and (tenant, user, session) in one lookup; any mismatch is the
+  same :class:`NotFound` as an absent id. ``expires_at`` is checked on every read and gives :class:`Expired`, which
+  only the owner can ever see.
+* **Verified reads.** See :mod:`refvault.vault.verified`: every byte returned was checked against digests held in
+  the catalog; damage raises :class:`IntegrityError` and returns nothing bad.
+* **Authentic manifests.** Every manifest the vault acts on comes from the catalog, which checks each row's MAC
+  under a key kept outside it (:mod:`refvault.catalog.macs`): an edited, moved or forged row is an
+  :class:`IntegrityError` on every read, and ``verify`` reports every such row and every artifact whose blob is not
+  in its own tenant's namespace (``tests/security/test_manifest_integrity.py``).
+* **Bad input loses nothing.** All metadata is validated before the first byte is read; a failed put leaves at
+  worst a temporary that ``gc`` removes.
 """
 
 from __future__ import annotations
@@ -46,6 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
+from refvault import tracing
 from refvault.blobs.base import BlobStore
 from refvault.catalog.audit_log import AuditAppender
 from refvault.catalog.base import Catalog, Derivation, Manifest, Publication
@@ -198,8 +191,8 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         """
         self._emit(action, _checked_scope(scope), artifact_id, outcome, dict(facts))
 
-    @contextmanager
-    def _audited(self, action: str, scope: object, artifact_id: object = None) -> Iterator[dict[str, Any]]:
+    @tracing.audited  # a contextmanager, and a span (op, else refvault.<action>) when tracing is on
+    def _audited(self, action: str, scope: object, artifact_id: object = None, op: str = "") -> Iterator[tracing.Facts]:
         """Run one operation and audit its outcome; also refuses to run on a closed vault."""
         if self._closed:
             raise StorageError("this vault is closed")
@@ -469,7 +462,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         with self._put_charged(payer or owner, got.size, got.writer, checked.idempotency_key):  # the run's budget
             stored = self._committer.submit(Pending(Publication(manifest, record, entry, requires), got.writer))
         descriptor = with_integrity(stored.descriptor() if stored.origin is None else self.with_status(stored), record)
-        facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash)
+        facts.update(artifact_id=descriptor.artifact_id, content_hash=descriptor.content_hash, size=descriptor.size)
         facts[WRITTEN] = entry is not None and stored.artifact_id == manifest.artifact_id
         return descriptor
 
@@ -529,7 +522,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         recipient: str = DEFAULT_RECIPIENT,
     ) -> bytes:
         """Verified bytes ``[offset, offset + length)`` (``None``: to the end); only the chunks touched are read."""
-        with self._audited("read", scope, artifact_id) as facts:
+        with self._audited("read", scope, artifact_id, "refvault.read_range") as facts:
             check_byte_span(offset, length)
             _, blob = self._open(scope, artifact_id, purpose, recipient, facts)
             try:
@@ -600,7 +593,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
     def _stream(self, scope: Scope, artifact_id: str, purpose: str, recipient: str) -> tuple[Manifest, ArtifactStream]:
         blob: VerifiedBlob | None = None
         try:
-            with self._audited("read", scope, artifact_id) as facts:
+            with self._audited("read", scope, artifact_id, "refvault.stream") as facts:
                 manifest, blob = self._open(scope, artifact_id, purpose, recipient, facts)
                 self._charge_stream(scope, blob.size)  # the run's budget
                 facts.update(content_hash="sha256:" + manifest.digest, byte_range=(0, blob.size))
@@ -691,7 +684,7 @@ class Vault(Sharing, AuditTrail, Linking, Maintenance, PolicyMethods, Copies, Bu
         caller text; ``excerpt_hash`` the hex SHA-256 of exactly the text it returned, which makes the read a
         disclosure in the ledger; ``bytes``/``records`` what it returned.
         """
-        with self._audited(action, scope, descriptor.artifact_id) as facts:
+        with self._audited(action, scope, descriptor.artifact_id, tracing.UNTRACED) as facts:  # the read's own span
             facts.update(content_hash=descriptor.content_hash, purpose=purpose, recipient=recipient)
             facts.update(selection=selection, excerpt_hash=excerpt_hash, bytes=bytes, records=records)
 
