@@ -1,7 +1,6 @@
 """The leak guard: protected bytes, the two arms, the policies and the event.
 
-See :mod:`refvault.guard` for the invariants and :mod:`refvault.guard.fingerprints`
-for the matching guarantee.
+See :mod:`refvault.guard` for the invariants and :mod:`refvault.guard.fingerprints` for the matching guarantee.
 """
 
 from __future__ import annotations
