@@ -59,6 +59,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/budgets.py
 	$(BIN)/python bench/proofs.py
 	$(BIN)/python bench/migrate.py
+	$(BIN)/python bench/observability.py
 
 format: $(STAMP)
 	$(BIN)/ruff format src tests bench examples

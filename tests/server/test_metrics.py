@@ -137,6 +137,14 @@ def test_vault_events_are_counted_with_fixed_reasons(http: TestClient, vault: Va
     assert "CONTENTCANARY" not in http.get("/metrics").text
 
 
+def test_an_app_made_without_metrics_serves_and_counts_none(vault: Vault) -> None:
+    _, token = create_key(vault, "acme", "ana")
+    with TestClient(create_app(vault, metrics=False)) as quiet:
+        assert quiet.get("/metrics").status_code == 404
+        headers = {"Authorization": f"Bearer {token}", "Refvault-Session": "s1"}
+        assert quiet.get("/v1/artifacts", headers=headers).status_code == 200
+
+
 @pytest.mark.slow
 def test_workers_add_up_through_refvault_serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runs = tmp_path / "tmp"

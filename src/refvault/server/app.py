@@ -142,6 +142,7 @@ def create_app(
     body_timeout: float = DEFAULT_BODY_TIMEOUT,
     uploads_per_key: int = DEFAULT_UPLOADS_PER_KEY,
     uploads_per_tenant: int = DEFAULT_UPLOADS_PER_TENANT,
+    metrics: bool = True,
 ) -> FastAPI:
     """The HTTP API v1 over ``vault`` (which the caller keeps and closes), plus ``/mcp`` when available.
 
@@ -154,7 +155,8 @@ def create_app(
     besides loopback names and the address a request arrived at (:func:`refvault.server.mcp.transport_security`).
     ``body_timeout`` is the longest wait, in seconds, for the next piece of a request body (408
     after it); ``uploads_per_key``/``uploads_per_tenant`` cap the request bodies a key/tenant may
-    have in progress at once (429 past them; :mod:`refvault.server.limits`).
+    have in progress at once (429 past them; :mod:`refvault.server.limits`). ``metrics=False`` serves no
+    ``/metrics`` and counts nothing (where ``prometheus_client`` is installed, both are on by default).
     """
     if isinstance(max_body, bool) or not isinstance(max_body, int) or max_body < 0:
         raise InvalidArgument("max_body must be a non-negative number of bytes")
@@ -184,7 +186,7 @@ def create_app(
     draining = Draining()
     app.add_middleware(Drain, state=draining)  # 503 for new requests once SIGTERM came (routes_ops)
     app.add_middleware(Traced)  # the request's span, in the caller's trace (refvault.tracing)
-    if find_spec("prometheus_client") is not None:  # the server extra: GET /metrics, every request counted
+    if metrics and find_spec("prometheus_client") is not None:  # the server extra: GET /metrics, all counted
         app.include_router(routes_ops.metrics_router)
         app.add_middleware(RequestMetrics)  # outermost
     install_handlers(app)
