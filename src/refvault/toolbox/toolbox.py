@@ -43,10 +43,10 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, cast
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from refvault.budgets import Budget
 from refvault.errors import BadRef, InvalidArgument, InvalidType, MisCopiedId, PolicyDenied, RefvaultError
@@ -71,9 +71,9 @@ from refvault.toolbox.invocation import (
     scrubbed,
     tainted,
 )
+from refvault.toolbox.linking import check_links_possible, checked_base_url, checked_deadline, issue_links, revoke_links
 from refvault.toolbox.offload import capture_text, offload
 from refvault.toolbox.ref import DispatchFrame, enter_frame
-from refvault.toolbox.remote import RemoteLink, RemoteRef
 from refvault.toolbox.schemas import Flavor as Flavor  # re-exported, as before
 from refvault.toolbox.schemas import gemini_schema as gemini_schema  # re-exported, as before
 from refvault.toolbox.schemas import tool_schema
@@ -84,13 +84,13 @@ from refvault.toolbox.taint import (
     input_labels,
     model_may_see,
     model_recipient,
-    recipient_name,
     tenant_policy,
+    tool_recipient,
+    watch_labelled,
 )
 from refvault.toolbox.trail import record_call, record_pass, record_stops, took_by, written_by
 from refvault.toolbox.values import DEFAULT as DEFAULT  # re-exported, as before
 from refvault.toolbox.values import Artifact, Observation, ToolContext, ToolEvent, artifact_summary, joined_text
-from refvault.vault.links import DEFAULT_LINK_TTL, LINK_PATH, MAX_LINK_TTL, token_of
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
@@ -103,19 +103,6 @@ __all__ = ["Artifact", "Observation", "ToolContext", "ToolEvent", "Toolbox"]
 logger = logging.getLogger("refvault.toolbox")
 
 MAX_PROTECTED_IDS = 100_000
-MAX_LINKS_PER_CALL = 64
-"""How many distinct artifacts one call of a tool with ``RemoteLink`` parameters may receive links to."""
-
-
-class _Links(Protocol):
-    """What a vault needs for ``RemoteLink`` parameters (a :class:`~refvault.Vault` and a ``Client`` are one)."""
-
-    def link(
-        self, scope: Scope, artifact_id: str, *, recipient: str, purpose: str = ..., expires_in: timedelta = ...
-    ) -> str: ...
-    def revoke_link(self, scope: Scope, link: str) -> bool: ...
-
-
 POLICY_REFRESH = 5.0
 """Seconds the default guard keeps the tenant's policy before asking for it again."""
 
@@ -174,9 +161,8 @@ class Toolbox:
         (``"ok"`` or the error class name) and the ids of the artifacts it took and produced, never an argument
         value or content (:mod:`refvault.toolbox.trail`, whose :class:`~refvault.toolbox.trail.ToolCall` reads
         them back).
-        ``link_base_url`` is where the tools registered with ``RemoteLink`` parameters reach ``refvault serve`` of
-        this store (``http://host:port``): their links are ``<link_base_url>/v1/links/<token>``. None: the
-        vault's own link URL (a :class:`~refvault.Client`'s server; an embedded vault needs one given).
+        ``link_base_url``: where remote tools reach ``refvault serve`` of this store, for their ``RemoteLink``
+        parameters (None: a ``Client``'s server; an embedded vault needs one) (:mod:`refvault.toolbox.remote`).
         """
         scaled = caps_for_model(model_context_tokens)  # a bad size: InvalidArgument, saying what is accepted
         if (
@@ -219,11 +205,7 @@ class Toolbox:
         if not isinstance(audit_calls, bool):
             raise InvalidArgument("audit_calls must be True or False")
         self.audit_calls = audit_calls
-        if link_base_url is not None and (
-            not isinstance(link_base_url, str) or not link_base_url.startswith(("http://", "https://"))
-        ):
-            raise InvalidArgument("link_base_url must be an http:// or https:// URL of refvault serve, or None")
-        self.link_base_url = None if link_base_url is None else link_base_url.rstrip("/")
+        self.link_base_url = checked_base_url(link_base_url)
         self._guard = guard
         self._served: Scope | None = None  # the scope of the latest call: whose tenant's policy the guard asks
         self._policy_cache: tuple[str, float, Policy | None] | None = None
@@ -381,17 +363,10 @@ class Toolbox:
         """Register ``function`` as a tool (usable bare, ``@box.tool``, or with arguments).
 
         ``offload_tokens`` overrides the Toolbox's offload threshold for this
-        tool (None: never offload its results).
-
-        A parameter annotated :class:`~refvault.toolbox.remote.RemoteLink` (a tool that runs elsewhere) is an
-        artifact id to the model and a capability link to the function: issued per call for that artifact,
-        recipient ``tool:<name>`` and this Toolbox's purpose, expiring after ``deadline`` (1 s to 24 h; default
-        5 minutes) and revoked when the call ends (:mod:`refvault.toolbox.remote`).
+        tool (None: never offload its results). A ``RemoteLink`` parameter gets a per-call link that lives
+        ``deadline`` at most (default 5 minutes) and is revoked when the call ends (:mod:`refvault.toolbox.remote`).
         """
-        if deadline is not None and (
-            not isinstance(deadline, timedelta) or not timedelta(seconds=1) <= deadline <= MAX_LINK_TTL
-        ):
-            raise InvalidArgument("deadline must be a timedelta from 1 second to 24 hours, or None")
+        checked_deadline(deadline)
         if offload_tokens is not DEFAULT and offload_tokens is not None:
             if not isinstance(offload_tokens, int) or offload_tokens < 1:
                 raise InvalidArgument("offload_tokens must be a positive integer or None")
@@ -404,71 +379,13 @@ class Toolbox:
             if offload_tokens is DEFAULT:  # the threshold of each call's model (DEFAULT until the call)
                 threshold = None if self.offload_tokens is None else DEFAULT
             tool = dataclasses.replace(tool, offload_tokens=threshold, deadline=deadline)
-            if deadline is not None and not tool.takes_links:
-                raise InvalidArgument(
-                    f"tool {tool.name}: a deadline needs a RemoteLink parameter (it is the links' life)"
-                )
-            if tool.takes_links:
-                self._check_links_possible(tool.name)
+            check_links_possible(self.vault, self.link_base_url, tool)
             if tool.name in self._tools:
                 raise InvalidArgument(f"a tool named {tool.name!r} is already registered")
             self._tools[tool.name] = tool
             return fn
 
         return register(function) if function is not None else register
-
-    def _check_links_possible(self, name: str) -> None:
-        if not callable(getattr(self.vault, "link", None)) or not callable(getattr(self.vault, "revoke_link", None)):
-            raise InvalidArgument(f"tool {name}: RemoteLink parameters need a vault that issues and revokes links")
-        if self.link_base_url is None and callable(getattr(self.vault, "embedded_vault", None)):
-            raise InvalidArgument(
-                f"tool {name}: RemoteLink parameters over an embedded vault need Toolbox(link_base_url=...), "
-                "the URL where `refvault serve` of this store answers"
-            )
-
-    def _issue_links(self, tool: Tool, frame: DispatchFrame, kwargs: dict[str, Any]) -> tuple[RemoteLink, ...]:
-        """Replace every RemoteRef in ``kwargs`` with a link issued for this call; return the links issued.
-
-        If issuing fails part way, the links already issued are revoked before the error propagates.
-        """
-        issued: dict[str, RemoteLink] = {}
-        vault = cast("_Links", self.vault)
-        ttl = tool.deadline or DEFAULT_LINK_TTL
-
-        def issue(ref: RemoteRef) -> RemoteLink:
-            artifact_id = ref.artifact_id
-            if artifact_id not in issued:
-                if len(issued) >= MAX_LINKS_PER_CALL:
-                    raise InvalidArgument(f"at most {MAX_LINKS_PER_CALL} artifacts per call of a remote tool")
-                expires_at = datetime.now(UTC) + ttl
-                link = vault.link(
-                    frame.scope, artifact_id, recipient=tool_recipient(tool.name), purpose=self.purpose, expires_in=ttl
-                )
-                url = link if self.link_base_url is None else self.link_base_url + LINK_PATH + str(token_of(link))
-                if not url.startswith(("http://", "https://")):
-                    raise InvalidArgument("a remote tool's link needs Toolbox(link_base_url=...)")
-                descriptor = frame.descriptor(artifact_id)
-                issued[artifact_id] = RemoteLink(
-                    url, artifact_id, expires_at, descriptor.media_type, descriptor.size, descriptor.content_hash
-                )
-            return issued[artifact_id]
-
-        try:
-            for key in list(kwargs):
-                kwargs[key] = _linked(kwargs[key], issue)
-        except BaseException:
-            self._revoke_links(frame.scope, tuple(issued.values()))
-            raise
-        return tuple(issued.values())
-
-    def _revoke_links(self, scope: Scope, links: Sequence[RemoteLink]) -> None:
-        """Revoke every link of a call that ended; a failure is logged (by type) and the link dies at its expiry."""
-        vault = cast("_Links", self.vault)
-        for link in links:
-            try:
-                vault.revoke_link(scope, link.url)
-            except Exception as exc:
-                logger.warning("revoking a link of %s failed: %s", link.artifact_id, type(exc).__name__)
 
     def schemas(
         self, flavor: Flavor = "openai", *, strict: bool = False, model_context_tokens: int | None = None
@@ -566,7 +483,7 @@ class Toolbox:
         finally:
             leave()
             if prepared.links:  # the call ended: its links die now, whatever happened
-                await asyncio.to_thread(self._revoke_links, prepared.scope, prepared.links)
+                await asyncio.to_thread(revoke_links, self.vault, prepared.scope, prepared.links)
         prepared = tainted(prepared)
         if needs_vault(outcome.value) or may_offload(prepared.tool, outcome) or prepared.labels:
             return await asyncio.to_thread(self._conclude, prepared, outcome)
@@ -602,7 +519,7 @@ class Toolbox:
         finally:
             leave()
             if prepared.links:  # the call ended: its links die now, whatever happened
-                self._revoke_links(prepared.scope, prepared.links)
+                revoke_links(self.vault, prepared.scope, prepared.links)
         return self._conclude(prepared, outcome)
 
     def _prepare(
@@ -647,12 +564,10 @@ class Toolbox:
         if tool.offload_tokens is DEFAULT:  # registered without its own threshold: this call's model's
             tool = dataclasses.replace(tool, offload_tokens=caps.offload_tokens)
         kwargs = {field_name: getattr(validated, field_name) for field_name in tool.fields}
-        links: tuple[RemoteLink, ...] = ()
-        if tool.takes_links:
-            try:
-                links = self._issue_links(tool, frame, kwargs)
-            except RefvaultError as exc:
-                return self._refused(name, run_id, tool_call_id, scope, str(exc), type(exc).__name__)
+        try:  # a RemoteLink parameter: a link per artifact for this call (none for other tools)
+            links = issue_links(self.vault, self.link_base_url, tool, frame, kwargs, as_tool)
+        except RefvaultError as exc:
+            return self._refused(name, run_id, tool_call_id, scope, str(exc), type(exc).__name__)
         sealed = any(frame.descriptor(ref).disclosure == "sealed" for ref in refs)
         labels = input_labels(frame, refs)  # labels follow the data (refvault.toolbox.taint)
         reads = None
@@ -779,25 +694,9 @@ class Toolbox:
                 self._watch_labelled(prepared.scope, text, owners, {d.artifact_id: d for d in captured})
 
     def _watch_labelled(self, scope: Scope, text: str, owners: set[str], known: Mapping[str, Descriptor]) -> None:
-        """Have the guard watch ``text`` for every labelled artifact among ``owners`` it shows the model.
-
-        The model was allowed to see it; a later request carrying it to a recipient the tenant's policy
-        denies those labels (another model, say) is then stopped at the LLM edge (:meth:`LeakGuard.watch
-        <refvault.guard.LeakGuard.watch>`). A guard without ``watch`` is not told.
-        """
-        watch = getattr(self.guard, "watch", None)
-        if watch is None:
-            return
-        for owner in owners:
-            descriptor = known.get(owner)
-            if descriptor is None:
-                try:
-                    to = model_recipient(self.model)
-                    descriptor = self.vault.describe(scope, owner, purpose=self.purpose, recipient=to)
-                except RefvaultError:
-                    continue
-            if descriptor.labels:
-                watch(owner, text, descriptor.labels)
+        """Have the guard watch ``text`` for every labelled artifact among ``owners`` it shows the model
+        (:func:`~refvault.toolbox.taint.watch_labelled`)."""
+        watch_labelled(self.guard, self.vault, scope, text, owners, known, model=self.model, purpose=self.purpose)
 
     def _model_disclosed(self, scope: Scope, artifact_id: str) -> bool:
         try:
@@ -898,29 +797,3 @@ class Toolbox:
             model=self.model,
             purpose=self.purpose,
         )
-
-
-def tool_recipient(name: str) -> str:
-    """The recipient a tool is: ``tool:<name>``, its name reduced to what a recipient allows (``_`` for the rest)."""
-    return "tool:" + recipient_name(name)
-
-
-def _linked(value: Any, issue: Callable[[RemoteRef], RemoteLink], depth: int = 0) -> Any:
-    """``value`` with every RemoteRef (in lists, tuples, sets, dict values, models and dataclasses) a RemoteLink."""
-    if isinstance(value, RemoteRef):
-        return issue(value)
-    if depth > 32 or isinstance(value, str | bytes | int | float | bool) or value is None:
-        return value
-    if isinstance(value, list):
-        return [_linked(item, issue, depth + 1) for item in value]
-    if isinstance(value, tuple):
-        return tuple(_linked(item, issue, depth + 1) for item in value)
-    if isinstance(value, dict):
-        return {key: _linked(item, issue, depth + 1) for key, item in value.items()}
-    if isinstance(value, BaseModel):
-        fields = type(value).model_fields
-        return value.model_copy(update={name: _linked(getattr(value, name), issue, depth + 1) for name in fields})
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: _linked(getattr(value, f.name), issue, depth + 1) for f in dataclasses.fields(value)}
-        return dataclasses.replace(value, **changes)
-    return value
