@@ -31,7 +31,7 @@ from refvault.server.threads import blocking
 from refvault.vault.core import Vault
 from refvault.vault.links import MAX_LINK_TTL, OpenedLink
 
-__all__ = ["LinkCreated", "LinkRequest", "LinkRevocation", "router"]
+__all__ = ["LinkCreated", "LinkRequest", "LinkRevocation", "LinkRevoked", "router"]
 
 router = APIRouter(responses={"default": PROBLEM_RESPONSE})
 
@@ -69,7 +69,13 @@ class LinkRevocation(BaseModel):
     link: Annotated[str, Field(min_length=1, max_length=4096)]
 
 
-@router.post("/links/revoke", tags=["links"])
+class LinkRevoked(BaseModel):
+    """Whether this request revoked the link (false: it was revoked already, or opened nothing anyway)."""
+
+    revoked: bool
+
+
+@router.post("/links/revoke", response_model=LinkRevoked, tags=["links"])
 async def revoke_link(body: LinkRevocation, scope: Caller, service: Service) -> Response:
     """Revoke one link issued in the caller's tenant: every later use gets the same 404 as an absent artifact."""
     revoked = await blocking(service.vault.revoke_link, scope, body.link)
