@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import BaseModel
 
 from refvault import Client, RemoteLink, Scope, Toolbox, Vault
 from refvault.errors import InvalidArgument, LinkRefused
@@ -330,3 +331,27 @@ def test_an_mcp_tool_over_http_fetches_its_argument_by_link(live: LiveServer) ->
         assert live.token not in json.dumps(sent)
         assert httpx.get(sent["url"]).status_code == 404  # revoked when the call ended
         assert any(entry.recipient == "tool:count_words" for entry in client.disclosures(SCOPE, doc))
+
+
+class Bundle(BaseModel):
+    main: RemoteLink
+    extras: dict[str, RemoteLink]
+
+
+def test_remote_links_reach_the_function_wherever_the_arguments_nest_them(embedded: tuple[Vault, Clock]) -> None:
+    vault, _ = embedded
+    first = vault.put(SCOPE, b"first\n").artifact_id
+    second = vault.put(SCOPE, b"second\n").artifact_id
+    box = Toolbox(vault, guard=None, link_base_url="http://refvault.invalid")
+    got: list[Any] = []
+
+    @box.tool
+    def gather(bundle: Bundle, more: set[RemoteLink], keyed: dict[RemoteLink, int]) -> str:
+        got.extend([bundle.main, *bundle.extras.values(), *more, *keyed])
+        return "ok"
+
+    arguments = {"bundle": {"main": first, "extras": {"x": second}}, "more": [second], "keyed": {first: 1}}
+    assert box.call_sync("gather", arguments, scope=SCOPE).content == "ok"
+    assert all(isinstance(link, RemoteLink) for link in got)
+    assert [link.artifact_id for link in got] == [first, second, second, first]
+    assert len({link.url for link in got}) == 2  # one link per artifact per call

@@ -126,7 +126,7 @@ def revoke_links(vault: object, scope: Scope, links: Sequence[RemoteLink]) -> No
 
 
 def _linked(value: Any, issue: Callable[[RemoteRef], RemoteLink], depth: int = 0) -> Any:
-    """``value`` with every RemoteRef (in lists, tuples, dict values, models and dataclasses) a RemoteLink."""
+    """``value`` with every RemoteRef (in lists, tuples, sets, dicts, models and dataclasses) a RemoteLink."""
     if isinstance(value, RemoteRef):
         return issue(value)
     if depth > 32 or isinstance(value, str | bytes | int | float | bool) or value is None:
@@ -135,8 +135,10 @@ def _linked(value: Any, issue: Callable[[RemoteRef], RemoteLink], depth: int = 0
         return [_linked(item, issue, depth + 1) for item in value]
     if isinstance(value, tuple):
         return tuple(_linked(item, issue, depth + 1) for item in value)
+    if isinstance(value, set | frozenset):
+        return type(value)(_linked(item, issue, depth + 1) for item in value)
     if isinstance(value, dict):
-        return {key: _linked(item, issue, depth + 1) for key, item in value.items()}
+        return {_linked(key, issue, depth + 1): _linked(item, issue, depth + 1) for key, item in value.items()}
     if isinstance(value, BaseModel):
         fields = type(value).model_fields
         return value.model_copy(update={name: _linked(getattr(value, name), issue, depth + 1) for name in fields})
