@@ -45,6 +45,7 @@ _EXPORTS = {
     "evidence": "refvault.evidence",
     "Observation": "refvault.toolbox.toolbox",
     "Ref": "refvault.toolbox.ref",
+    "RemoteLink": "refvault.toolbox.remote",
     "ToolContext": "refvault.toolbox.toolbox",
     "ToolEvent": "refvault.toolbox.toolbox",
     "Toolbox": "refvault.toolbox.toolbox",
@@ -138,6 +139,7 @@ __all__ = [
     "Principal",
     "Ref",
     "RefvaultError",
+    "RemoteLink",
     "Scope",
     "SealedArtifact",
     "StorageError",
@@ -204,6 +206,7 @@ if TYPE_CHECKING:
     from refvault.model import Descriptor, Grant, Principal, Scope
     from refvault.proofs import verify_excerpt
     from refvault.toolbox.ref import Ref
+    from refvault.toolbox.remote import RemoteLink
     from refvault.toolbox.toolbox import Artifact, Observation, Toolbox, ToolContext, ToolEvent
     from refvault.vault.aio import AsyncVault
     from refvault.vault.core import AuditRecord, GcReport, Vault, VerifyReport

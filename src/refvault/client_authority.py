@@ -61,6 +61,14 @@ class AuthorityCalls(ClientHost):
             raise StorageError(f"the refvault server at {self.url} sent a malformed link")
         return str(answer["url"])
 
+    def revoke_link(self, scope: Scope, link: str) -> bool:
+        """``POST /v1/links/revoke``: :meth:`Vault.revoke_link <refvault.Vault.revoke_link>` (a link given as its
+        token, path or URL); True if this call revoked it, False if it opened nothing already."""
+        answer = self._json(self._call("POST", "/links/revoke", scope, json_body={"link": link}))
+        if not isinstance(answer, dict) or not isinstance(answer.get("revoked"), bool):
+            raise StorageError(f"the refvault server at {self.url} sent a malformed answer")
+        return bool(answer["revoked"])
+
     # -- sharing grants (POST/GET /v1/artifacts/{id}/grants, DELETE /v1/grants/{grant_id}) --------------
 
     def share(

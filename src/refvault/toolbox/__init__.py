@@ -6,6 +6,7 @@ sees (``ToolContext``) or returns (``Artifact``).
 """
 
 from refvault.toolbox.ref import Ref
+from refvault.toolbox.remote import RemoteLink
 from refvault.toolbox.toolbox import Artifact, Observation, Toolbox, ToolContext, ToolEvent
 
-__all__ = ["Artifact", "Observation", "Ref", "ToolContext", "ToolEvent", "Toolbox"]
+__all__ = ["Artifact", "Observation", "Ref", "RemoteLink", "ToolContext", "ToolEvent", "Toolbox"]

@@ -14,6 +14,7 @@ import inspect
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -21,9 +22,10 @@ from typing_extensions import is_typeddict
 
 from refvault.errors import InvalidType
 from refvault.toolbox.ref import Ref
+from refvault.toolbox.remote import RemoteLink
 from refvault.toolbox.values import ToolContext
 
-__all__ = ["TEMPLATED_ERRORS", "Tool", "build_tool", "mentions_ref", "validation_message"]
+__all__ = ["TEMPLATED_ERRORS", "Tool", "build_tool", "mentions_link", "mentions_ref", "validation_message"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,21 +43,31 @@ class Tool:
     offload_tokens: int | None = None  # None: never offload this tool's results
     builtin: bool = False  # refvault's own read tools: their refvault errors are shown (written content-free)
     data_only: bool = False  # its results are recovered content (read_artifact, query_artifact, load_artifacts)
+    takes_links: bool = False  # a RemoteLink parameter: each call gets capability links, revoked when it ends
+    deadline: timedelta | None = None  # how long its links live at most (None: DEFAULT_LINK_TTL)
 
 
 def mentions_ref(annotation: Any, seen: set[int] | None = None) -> bool:
     """Whether a type annotation can hold a Ref anywhere (containers, unions, nested models)."""
-    seen = set() if seen is None else seen
-    if annotation is Ref:
+    return _mentions(annotation, (Ref, RemoteLink), set() if seen is None else seen)
+
+
+def mentions_link(annotation: Any) -> bool:
+    """Whether a type annotation can hold a :class:`~refvault.toolbox.remote.RemoteLink` anywhere."""
+    return _mentions(annotation, (RemoteLink,), set())
+
+
+def _mentions(annotation: Any, kinds: tuple[type, ...], seen: set[int]) -> bool:
+    if any(annotation is kind for kind in kinds):
         return True
     if id(annotation) in seen:
         return False
     seen.add(id(annotation))
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return any(mentions_ref(f.annotation, seen) for f in annotation.model_fields.values())
+        return any(_mentions(f.annotation, kinds, seen) for f in annotation.model_fields.values())
     if isinstance(annotation, type) and (dataclasses.is_dataclass(annotation) or is_typeddict(annotation)):
-        return any(mentions_ref(hint, seen) for hint in typing.get_type_hints(annotation).values())
-    return any(mentions_ref(arg, seen) for arg in typing.get_args(annotation))
+        return any(_mentions(hint, kinds, seen) for hint in typing.get_type_hints(annotation).values())
+    return any(_mentions(arg, kinds, seen) for arg in typing.get_args(annotation))
 
 
 # Pydantic error types whose message is a fixed template that never contains the input.
@@ -119,5 +131,6 @@ def build_tool(
         context_parameter=context_parameter,
         is_async=inspect.iscoroutinefunction(fn),
         takes_refs=any(mentions_ref(annotation) for annotation, _ in fields.values()),
+        takes_links=any(mentions_link(annotation) for annotation, _ in fields.values()),
         fields=tuple(fields),
     )

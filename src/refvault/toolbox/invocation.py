@@ -26,6 +26,7 @@ from refvault.limits import DEFAULT_CAPS, ModelCaps
 from refvault.model import Scope
 from refvault.toolbox.definition import Tool
 from refvault.toolbox.ref import DispatchFrame
+from refvault.toolbox.remote import RemoteLink
 from refvault.toolbox.taint import ContextReads
 from refvault.toolbox.values import Artifact
 
@@ -41,6 +42,7 @@ __all__ = [
     "may_offload",
     "needs_vault",
     "run_private",
+    "scrubbed",
 ]
 
 
@@ -60,6 +62,7 @@ class Prepared:
     reads: ContextReads | None = None  # what the tool read through its ToolContext (its labels join these)
     read_ids: tuple[str, ...] = ()  # the artifacts it read there, once the call is over (see tainted)
     caps: ModelCaps = DEFAULT_CAPS  # the caps of this call's model (its preview size: Toolbox._render)
+    links: tuple[RemoteLink, ...] = ()  # the capability links issued for this call (revoked when it ends)
 
 
 def tainted(prepared: Prepared) -> Prepared:
@@ -105,6 +108,26 @@ def encoded(outcome: Outcome) -> str:
         else:
             outcome.text = ENCODER.encode(result.model_dump() if isinstance(result, BaseModel) else result)
     return outcome.text
+
+
+def scrubbed(outcome: Outcome, links: tuple[RemoteLink, ...]) -> Outcome:
+    """``outcome`` with every link of the call (URL, path or token) in its text replaced by the artifact id.
+
+    A remote tool may echo the link it received; the model only ever sees the id. Bytes and artifacts are
+    captured as they are (the link is revoked by then anyway).
+    """
+    if not links or outcome.failure is not None or needs_vault(outcome.value):
+        return outcome
+    try:
+        text = encoded(outcome)
+    except Exception:
+        return outcome  # rendering reports the failure
+    for link in links:
+        token = link.url.rsplit("/", 1)[-1]
+        if token and token in text:
+            text = text.replace(link.url, link.artifact_id).replace(token, link.artifact_id)
+    outcome.text = text
+    return outcome
 
 
 def may_offload(tool: Tool, outcome: Outcome) -> bool:

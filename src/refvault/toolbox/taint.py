@@ -25,15 +25,16 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from refvault.errors import Forbidden
+from refvault.errors import Forbidden, RefvaultError
 from refvault.model import LABEL_MEANINGS, Scope, check_labels
 from refvault.policy import DEFAULT_PURPOSE, DEFAULT_RECIPIENT
 
 if TYPE_CHECKING:
     from refvault.contract import VaultContract
+    from refvault.model import Descriptor
     from refvault.policy import Policy
     from refvault.toolbox.ref import DispatchFrame
 
@@ -45,6 +46,8 @@ __all__ = [
     "model_recipient",
     "recipient_name",
     "tenant_policy",
+    "tool_recipient",
+    "watch_labelled",
 ]
 
 WITHHELD_BY_DEFAULT = frozenset(LABEL_MEANINGS)
@@ -190,3 +193,40 @@ class ContextReads:
             with self._lock:
                 self.written.append(artifact_id)
         return stored
+
+
+def tool_recipient(name: str) -> str:
+    """The recipient a tool is: ``tool:<name>``, its name reduced to what a recipient allows (``_`` for the rest)."""
+    return "tool:" + recipient_name(name)
+
+
+def watch_labelled(
+    guard: object,
+    vault: VaultContract,
+    scope: Scope,
+    text: str,
+    owners: set[str],
+    known: Mapping[str, Descriptor],
+    *,
+    model: str | None,
+    purpose: str,
+) -> None:
+    """Have ``guard`` watch ``text`` for every labelled artifact among ``owners`` it shows the model.
+
+    The model was allowed to see it; a later request carrying it to a recipient the tenant's policy
+    denies those labels (another model, say) is then stopped at the LLM edge (:meth:`LeakGuard.watch
+    <refvault.guard.LeakGuard.watch>`). A guard without ``watch`` is not told.
+    """
+    watch = getattr(guard, "watch", None)
+    if watch is None:
+        return
+    for owner in owners:
+        descriptor = known.get(owner)
+        if descriptor is None:
+            try:
+                to = model_recipient(model)
+                descriptor = vault.describe(scope, owner, purpose=purpose, recipient=to)
+            except RefvaultError:
+                continue
+        if descriptor.labels:
+            watch(owner, text, descriptor.labels)

@@ -43,6 +43,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import ValidationError
@@ -67,8 +68,10 @@ from refvault.toolbox.invocation import (
     may_offload,
     needs_vault,
     run_private,
+    scrubbed,
     tainted,
 )
+from refvault.toolbox.linking import check_links_possible, checked_base_url, checked_deadline, issue_links, revoke_links
 from refvault.toolbox.offload import capture_text, offload
 from refvault.toolbox.ref import DispatchFrame, enter_frame
 from refvault.toolbox.schemas import Flavor as Flavor  # re-exported, as before
@@ -81,8 +84,9 @@ from refvault.toolbox.taint import (
     input_labels,
     model_may_see,
     model_recipient,
-    recipient_name,
     tenant_policy,
+    tool_recipient,
+    watch_labelled,
 )
 from refvault.toolbox.trail import record_call, record_pass, record_stops, took_by, written_by
 from refvault.toolbox.values import DEFAULT as DEFAULT  # re-exported, as before
@@ -123,6 +127,7 @@ class Toolbox:
         keep_results: bool = False,
         model_context_tokens: int | None = None,
         audit_calls: bool = False,
+        link_base_url: str | None = None,
     ) -> None:
         """``read_tools`` registers describe/list/read/query/load_artifacts; offloading needs them.
 
@@ -156,6 +161,8 @@ class Toolbox:
         (``"ok"`` or the error class name) and the ids of the artifacts it took and produced, never an argument
         value or content (:mod:`refvault.toolbox.trail`, whose :class:`~refvault.toolbox.trail.ToolCall` reads
         them back).
+        ``link_base_url``: where remote tools reach ``refvault serve`` of this store, for their ``RemoteLink``
+        parameters (None: a ``Client``'s server; an embedded vault needs one) (:mod:`refvault.toolbox.remote`).
         """
         scaled = caps_for_model(model_context_tokens)  # a bad size: InvalidArgument, saying what is accepted
         if (
@@ -198,6 +205,7 @@ class Toolbox:
         if not isinstance(audit_calls, bool):
             raise InvalidArgument("audit_calls must be True or False")
         self.audit_calls = audit_calls
+        self.link_base_url = checked_base_url(link_base_url)
         self._guard = guard
         self._served: Scope | None = None  # the scope of the latest call: whose tenant's policy the guard asks
         self._policy_cache: tuple[str, float, Policy | None] | None = None
@@ -350,12 +358,15 @@ class Toolbox:
         name: str | None = None,
         description: str | None = None,
         offload_tokens: int | None = DEFAULT,
+        deadline: timedelta | None = None,
     ) -> Any:
         """Register ``function`` as a tool (usable bare, ``@box.tool``, or with arguments).
 
         ``offload_tokens`` overrides the Toolbox's offload threshold for this
-        tool (None: never offload its results).
+        tool (None: never offload its results). A ``RemoteLink`` parameter gets a per-call link that lives
+        ``deadline`` at most (default 5 minutes) and is revoked when the call ends (:mod:`refvault.toolbox.remote`).
         """
+        checked_deadline(deadline)
         if offload_tokens is not DEFAULT and offload_tokens is not None:
             if not isinstance(offload_tokens, int) or offload_tokens < 1:
                 raise InvalidArgument("offload_tokens must be a positive integer or None")
@@ -367,7 +378,8 @@ class Toolbox:
             threshold = offload_tokens
             if offload_tokens is DEFAULT:  # the threshold of each call's model (DEFAULT until the call)
                 threshold = None if self.offload_tokens is None else DEFAULT
-            tool = dataclasses.replace(tool, offload_tokens=threshold)
+            tool = dataclasses.replace(tool, offload_tokens=threshold, deadline=deadline)
+            check_links_possible(self.vault, self.link_base_url, tool)
             if tool.name in self._tools:
                 raise InvalidArgument(f"a tool named {tool.name!r} is already registered")
             self._tools[tool.name] = tool
@@ -470,6 +482,8 @@ class Toolbox:
             outcome = Outcome(failure="CancelledError", fatal=asyncio.CancelledError())
         finally:
             leave()
+            if prepared.links:  # the call ended: its links die now, whatever happened
+                await asyncio.to_thread(revoke_links, self.vault, prepared.scope, prepared.links)
         prepared = tainted(prepared)
         if needs_vault(outcome.value) or may_offload(prepared.tool, outcome) or prepared.labels:
             return await asyncio.to_thread(self._conclude, prepared, outcome)
@@ -504,6 +518,8 @@ class Toolbox:
                 outcome = run_private(lambda: invoke_async(lambda: pending, {}))
         finally:
             leave()
+            if prepared.links:  # the call ended: its links die now, whatever happened
+                revoke_links(self.vault, prepared.scope, prepared.links)
         return self._conclude(prepared, outcome)
 
     def _prepare(
@@ -548,6 +564,10 @@ class Toolbox:
         if tool.offload_tokens is DEFAULT:  # registered without its own threshold: this call's model's
             tool = dataclasses.replace(tool, offload_tokens=caps.offload_tokens)
         kwargs = {field_name: getattr(validated, field_name) for field_name in tool.fields}
+        try:  # a RemoteLink parameter: a link per artifact for this call (none for other tools)
+            links = issue_links(self.vault, self.link_base_url, tool, frame, kwargs, as_tool)
+        except RefvaultError as exc:
+            return self._refused(name, run_id, tool_call_id, scope, str(exc), type(exc).__name__)
         sealed = any(frame.descriptor(ref).disclosure == "sealed" for ref in refs)
         labels = input_labels(frame, refs)  # labels follow the data (refvault.toolbox.taint)
         reads = None
@@ -564,7 +584,9 @@ class Toolbox:
             self._served = scope
         if labels:
             self._label_for_guard(frame, refs)
-        return Prepared(tool, frame, kwargs, tuple(refs), scope, run_id, tool_call_id, sealed, labels, reads, caps=caps)
+        return Prepared(
+            tool, frame, kwargs, tuple(refs), scope, run_id, tool_call_id, sealed, labels, reads, caps=caps, links=links
+        )
 
     def _started(self, prepared: Prepared) -> None:
         tool_known(prepared.tool.name)
@@ -593,6 +615,7 @@ class Toolbox:
     def _conclude(self, prepared: Prepared, outcome: Outcome) -> Observation:
         """Turn what the tool did into an event and an observation; re-raise a fatal exception last."""
         prepared = tainted(prepared)
+        outcome = scrubbed(outcome, prepared.links)  # a link the remote tool echoed shows as its artifact id
         if outcome.failure is None:
             try:
                 content, captured, parts = self._render(outcome, prepared)
@@ -671,25 +694,9 @@ class Toolbox:
                 self._watch_labelled(prepared.scope, text, owners, {d.artifact_id: d for d in captured})
 
     def _watch_labelled(self, scope: Scope, text: str, owners: set[str], known: Mapping[str, Descriptor]) -> None:
-        """Have the guard watch ``text`` for every labelled artifact among ``owners`` it shows the model.
-
-        The model was allowed to see it; a later request carrying it to a recipient the tenant's policy
-        denies those labels (another model, say) is then stopped at the LLM edge (:meth:`LeakGuard.watch
-        <refvault.guard.LeakGuard.watch>`). A guard without ``watch`` is not told.
-        """
-        watch = getattr(self.guard, "watch", None)
-        if watch is None:
-            return
-        for owner in owners:
-            descriptor = known.get(owner)
-            if descriptor is None:
-                try:
-                    to = model_recipient(self.model)
-                    descriptor = self.vault.describe(scope, owner, purpose=self.purpose, recipient=to)
-                except RefvaultError:
-                    continue
-            if descriptor.labels:
-                watch(owner, text, descriptor.labels)
+        """Have the guard watch ``text`` for every labelled artifact among ``owners`` it shows the model
+        (:func:`~refvault.toolbox.taint.watch_labelled`)."""
+        watch_labelled(self.guard, self.vault, scope, text, owners, known, model=self.model, purpose=self.purpose)
 
     def _model_disclosed(self, scope: Scope, artifact_id: str) -> bool:
         try:
@@ -790,8 +797,3 @@ class Toolbox:
             model=self.model,
             purpose=self.purpose,
         )
-
-
-def tool_recipient(name: str) -> str:
-    """The recipient a tool is: ``tool:<name>``, its name reduced to what a recipient allows (``_`` for the rest)."""
-    return "tool:" + recipient_name(name)

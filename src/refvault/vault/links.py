@@ -14,12 +14,18 @@ issuer may read. Invariants (``tests/vault/test_links.py``, ``tests/security/tes
 * **Refused like absent.** A malformed, tampered, expired, key-rotated, revoked or out-of-range link, or one for
   an artifact that is gone, raises the same :class:`~refvault.errors.NotFound` with the same message: the
   caller learns nothing about why.
-* **Audited.** Issuing is audited as ``link``, every use as ``link_use`` (and the read it makes as a read).
+* **Revocable one by one.** Every link carries a random nonce; :func:`revoke_link` (by a scope of the issuing
+  tenant) marks it revoked in the catalog (``swap_setting``, so every process of the store agrees), and every
+  redeem looks the marker up (one keyed read): a revoked link is refused like an absent artifact from then on.
+  Links made before nonces existed cannot be revoked one by one (rotate the link keys).
+* **Audited.** Issuing is audited as ``link``, every use as ``link_use`` (and the read it makes as a read),
+  revoking as ``link_revoke``.
 * **The artifact id stays no bearer capability**: only a token this store signed opens anything.
 """
 
 from __future__ import annotations
 
+import secrets
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -49,13 +55,17 @@ __all__ = [
     "issue_link",
     "open_link",
     "redeem_link",
+    "revoke_link",
     "rotate_link_keys",
+    "token_of",
 ]
 
 LINK_PATH = "/v1/links/"
 """Where ``refvault serve`` redeems links: ``GET /v1/links/<token>`` (no API key)."""
 DEFAULT_LINK_TTL = timedelta(minutes=5)
 MAX_LINK_TTL = timedelta(hours=24)
+_REVOKED = "link-revoked:"
+"""The catalog setting that marks a link's nonce revoked (value: when the link would have expired, ISO 8601)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +77,7 @@ class Link:
     byte_range: tuple[int, int] | None
     recipient: str
     purpose: str
+    nonce: str | None = None  # None: a link made before links were revocable one by one
 
 
 @dataclass(slots=True)
@@ -146,6 +157,7 @@ def issue_link(
         "b": None if span is None else list(span),
         "r": recipient,
         "p": purpose,
+        "n": secrets.token_urlsafe(12),  # what revoke_link marks revoked
     }
     with vault.audited("link", scope, descriptor.artifact_id) as facts:
         facts.update(purpose=purpose, recipient=recipient, content_hash=descriptor.content_hash)
@@ -167,17 +179,50 @@ def redeem_link(vault: LinkHost, token: object) -> Link:
             payload = ring.ring(vault.clock(), refresh=True).open(token, now=vault.clock())
         span = payload.get("b")
         artifact_id = payload.get("a")
-        if not is_artifact_id(artifact_id):
+        nonce = payload.get("n")
+        if not is_artifact_id(artifact_id) or not (nonce is None or isinstance(nonce, str)):
             raise InvalidArgument("malformed")
+        if nonce is not None and vault.catalog.get_setting(_REVOKED + nonce) is not None:
+            raise InvalidArgument("revoked")
         return Link(
             Scope(payload["t"], payload["u"], payload["s"]),
             artifact_id,
             None if span is None else _checked_range(tuple(span)),
             str(payload["r"]),
             str(payload["p"]),
+            nonce,
         )
     except (RefvaultError, KeyError, TypeError, ValueError):
         raise LinkRefused from None
+
+
+def token_of(link: object) -> object:
+    """The token of a link given as its token, its path (``/v1/links/<token>``) or its whole URL."""
+    if isinstance(link, str) and LINK_PATH in link:
+        return link.rsplit(LINK_PATH, 1)[1]
+    return link
+
+
+def revoke_link(vault: LinkHost, scope: Scope, link: object) -> bool:
+    """Revoke one link (its token, path or URL) a scope of ``scope``'s tenant issued: every later use is refused.
+
+    True if this call revoked it; False if it was revoked already, or opens nothing anyway (expired, tampered,
+    key-rotated). A live link of another tenant raises the same :class:`~refvault.errors.LinkRefused` as a
+    malformed one; a link without a nonce (made before links were revocable) raises
+    :class:`~refvault.errors.InvalidArgument`. Audited as ``link_revoke``.
+    """
+    try:
+        found = redeem_link(vault, token_of(link))
+    except LinkRefused:
+        return False  # dead already: nothing to revoke (and nothing said about why)
+    if found.scope.tenant != scope.tenant:
+        raise LinkRefused
+    if found.nonce is None:
+        raise InvalidArgument("this link predates per-link revocation: rotate the link keys to revoke it")
+    with vault.audited("link_revoke", scope, found.artifact_id) as facts:
+        facts.update(purpose=found.purpose, recipient=found.recipient)
+        until = (vault.clock() + MAX_LINK_TTL).isoformat()  # no marker is needed past any link's lifetime
+        return vault.catalog.swap_setting(_REVOKED + found.nonce, None, until)
 
 
 def open_link(vault: LinkHost, token: object) -> OpenedLink:
@@ -243,6 +288,11 @@ class Linking:
         """Redeem a link token (the last part of the link's path): the descriptor and a verified stream at its
         start. :class:`~refvault.errors.LinkRefused` for every link that opens nothing."""
         return open_link(self, token)
+
+    def revoke_link(self: LinkHost, scope: Scope, link: str) -> bool:
+        """Revoke one link (its token, ``/v1/links/<token>`` path or URL) issued in ``scope``'s tenant: every later
+        use is refused like an absent artifact. True if this call revoked it (see :func:`revoke_link`)."""
+        return revoke_link(self, scope, link)
 
     def rotate_link_keys(self: LinkHost) -> None:
         """Sign links with a fresh key; every link issued before stops working at once."""
