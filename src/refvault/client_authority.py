@@ -33,6 +33,9 @@ def _audit_entry(item: Any) -> AuditEntry:
     return AuditEntry(*(item[name] for name in _AUDIT_FIELDS))
 
 
+_TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
 class AuthorityCalls(ClientHost):
     """Links, grants, audit, ledger and policy over HTTP (mixed into :class:`~refvault.client.Client`)."""
 
@@ -62,9 +65,12 @@ class AuthorityCalls(ClientHost):
         return str(answer["url"])
 
     def revoke_link(self, scope: Scope, link: str) -> bool:
-        """``POST /v1/links/revoke``: :meth:`Vault.revoke_link <refvault.Vault.revoke_link>` (a link given as its
+        """``DELETE /v1/links/{token}``: :meth:`Vault.revoke_link <refvault.Vault.revoke_link>` (a link given as its
         token, path or URL); True if this call revoked it, False if it opened nothing already."""
-        answer = self._json(self._call("POST", "/links/revoke", scope, json_body={"link": link}))
+        token = link.rsplit("/v1/links/", 1)[-1]
+        if not token or any(c not in _TOKEN_CHARS for c in token):
+            return False  # no link this store signed: nothing to revoke
+        answer = self._json(self._call("DELETE", "/links/" + token, scope))
         if not isinstance(answer, dict) or not isinstance(answer.get("revoked"), bool):
             raise StorageError(f"the refvault server at {self.url} sent a malformed answer")
         return bool(answer["revoked"])

@@ -87,7 +87,7 @@ OPERATIONS = [
     ("DELETE", "/v1/budget"),
     ("POST", "/v1/artifacts/{artifact_id}/links"),
     ("GET", "/v1/links/{token}"),
-    ("POST", "/v1/links/revoke"),
+    ("DELETE", "/v1/links/{token}"),
     ("GET", "/v1/audit"),
     ("GET", "/v1/audit/head"),
     ("GET", "/v1/artifacts/{artifact_id}/disclosures"),

@@ -5,9 +5,9 @@
   up to 24 hours, re-checked at every use (:mod:`refvault.vault.links`).
 * **Every refusal is one answer.** A malformed, tampered, expired, revoked, rotated or out-of-range link gets the
   same 404 body, whatever the reason (``tests/security/test_link_refusals.py``).
-* **Revoking needs a key of the issuing tenant.** ``POST /v1/links/revoke`` with ``{"link": token, path or URL}``
-  answers ``{"revoked": true}`` when this request revoked it, ``false`` when it opened nothing already; from then on
-  the link gets the same 404 as any other refusal (:meth:`refvault.Vault.revoke_link`).
+* **Revoking needs a key of the issuing tenant.** ``DELETE /v1/links/{token}`` answers ``{"revoked": true}``
+  when this request revoked it, ``false`` when it opened nothing already; from then on the link gets the same
+  404 as any other refusal (:meth:`refvault.Vault.revoke_link`).
 * **The token stays out of other places.** Answers carry ``Cache-Control: no-store`` and
   ``Referrer-Policy: no-referrer``, plus the content endpoint's safety headers (``nosniff``, a sandboxing CSP,
   ``attachment`` for active types).
@@ -31,7 +31,7 @@ from refvault.server.threads import blocking
 from refvault.vault.core import Vault
 from refvault.vault.links import MAX_LINK_TTL, OpenedLink
 
-__all__ = ["LinkCreated", "LinkRequest", "LinkRevocation", "LinkRevoked", "router"]
+__all__ = ["LinkCreated", "LinkRequest", "LinkRevoked", "router"]
 
 router = APIRouter(responses={"default": PROBLEM_RESPONSE})
 
@@ -61,24 +61,16 @@ class LinkCreated(BaseModel):
     expires_in: int
 
 
-class LinkRevocation(BaseModel):
-    """``POST /v1/links/revoke``: the link to revoke (its token, its ``/v1/links/<token>`` path or its URL)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    link: Annotated[str, Field(min_length=1, max_length=4096)]
-
-
 class LinkRevoked(BaseModel):
     """Whether this request revoked the link (false: it was revoked already, or opened nothing anyway)."""
 
     revoked: bool
 
 
-@router.post("/links/revoke", response_model=LinkRevoked, tags=["links"])
-async def revoke_link(body: LinkRevocation, scope: Caller, service: Service) -> Response:
+@router.delete("/links/{token}", response_model=LinkRevoked, tags=["links"])
+async def revoke_link(token: str, scope: Caller, service: Service) -> Response:
     """Revoke one link issued in the caller's tenant: every later use gets the same 404 as an absent artifact."""
-    revoked = await blocking(service.vault.revoke_link, scope, body.link)
+    revoked = await blocking(service.vault.revoke_link, scope, token)
     return JSONResponse({"revoked": revoked}, headers=_NO_TRACE)
 
 
