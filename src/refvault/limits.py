@@ -15,7 +15,7 @@ This module is at the bottom of the layers: it imports only :mod:`refvault.error
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from refvault.errors import InvalidArgument
 
@@ -219,3 +219,23 @@ def caps_for_model(model_context_tokens: int | None) -> ModelCaps:
         max_query_limit=_clamp(context // 1_000, records, MAX_LIMIT),
         load_text_chars=window,
     )
+
+
+def caps_with(caps: ModelCaps, *, offload_tokens: object = None, preview_chars: object = None) -> ModelCaps:
+    """``caps`` with an explicitly given offload threshold and preview size (None: keep the scaled one).
+
+    :class:`~refvault.errors.InvalidArgument` for a threshold that is not a positive integer, or a preview size
+    outside :data:`MIN_PREVIEW_CHARS`..:data:`MAX_PREVIEW_CHARS`.
+    """
+
+    def positive(value: object) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+    if offload_tokens is not None and not positive(offload_tokens):
+        raise InvalidArgument("offload_tokens must be a positive integer")
+    if preview_chars is not None and not (
+        positive(preview_chars) and MIN_PREVIEW_CHARS <= preview_chars <= MAX_PREVIEW_CHARS  # type: ignore[operator]
+    ):
+        raise InvalidArgument(f"preview_chars must be an integer between {MIN_PREVIEW_CHARS} and {MAX_PREVIEW_CHARS:,}")
+    given = {"offload_tokens": offload_tokens, "preview_chars": preview_chars}
+    return replace(caps, **{key: value for key, value in given.items() if value is not None})  # type: ignore[arg-type]

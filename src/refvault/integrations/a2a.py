@@ -76,7 +76,7 @@ from refvault.content import Limits
 from refvault.content import materialize as materialize_result
 from refvault.contract import EmbeddedHandle
 from refvault.errors import InvalidArgument, InvalidMetadata, InvalidResult, SealedArtifact
-from refvault.limits import MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS, ModelCaps, caps_for_model
+from refvault.limits import ModelCaps, caps_for_model, caps_with
 from refvault.model import Scope, check_labels
 from refvault.policy import check_recipient
 from refvault.vault.core import Vault
@@ -136,23 +136,8 @@ class A2AOptions:
         if self.binary_disclosure not in ("model", "sealed"):
             raise InvalidArgument("binary_disclosure must be 'model' or 'sealed'")
         caps = caps_for_model(self.model_context_tokens)
-        if self.offload_tokens is not None and not _positive(self.offload_tokens):
-            raise InvalidArgument("offload_tokens must be a positive integer")
-        if self.preview_chars is not None and not (
-            _positive(self.preview_chars) and MIN_PREVIEW_CHARS <= self.preview_chars <= MAX_PREVIEW_CHARS
-        ):
-            raise InvalidArgument(
-                f"preview_chars must be an integer between {MIN_PREVIEW_CHARS} and {MAX_PREVIEW_CHARS:,}"
-            )
-        given = {"offload_tokens": self.offload_tokens, "preview_chars": self.preview_chars}
-        import dataclasses
-
-        caps = dataclasses.replace(caps, **{key: value for key, value in given.items() if value is not None})
+        caps = caps_with(caps, offload_tokens=self.offload_tokens, preview_chars=self.preview_chars)
         object.__setattr__(self, "caps", caps)
-
-
-def _positive(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 # -- inbound ---------------------------------------------------------------------------------------------------------

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
 from refvault.content import Limits
 from refvault.errors import InvalidArgument, InvalidMetadata
-from refvault.limits import MAX_PREVIEW_CHARS, MIN_PREVIEW_CHARS, ModelCaps, caps_for_model
+from refvault.limits import ModelCaps, caps_for_model, caps_with
 from refvault.mcp_tools import MAX_RESOURCE_BYTES
 from refvault.model import check_labels
 from refvault.policy import check_recipient
@@ -48,16 +47,7 @@ class GatewayOptions:
         if self.model is not None:
             check_recipient("model:" + self.model if isinstance(self.model, str) else None)
         caps = caps_for_model(self.model_context_tokens)  # a bad size: InvalidArgument, saying what is accepted
-        if self.offload_tokens is not None and not _positive(self.offload_tokens):
-            raise InvalidArgument("offload_tokens must be a positive integer")
-        if self.preview_chars is not None and not (
-            _positive(self.preview_chars) and MIN_PREVIEW_CHARS <= self.preview_chars <= MAX_PREVIEW_CHARS
-        ):
-            raise InvalidArgument(
-                f"preview_chars must be an integer between {MIN_PREVIEW_CHARS} and {MAX_PREVIEW_CHARS:,}"
-            )
-        given = {"offload_tokens": self.offload_tokens, "preview_chars": self.preview_chars}
-        caps = dataclasses.replace(caps, **{key: value for key, value in given.items() if value is not None})
+        caps = caps_with(caps, offload_tokens=self.offload_tokens, preview_chars=self.preview_chars)
         object.__setattr__(self, "caps", caps)
         if self.binary_disclosure not in ("model", "sealed"):
             raise InvalidArgument("binary_disclosure must be 'model' or 'sealed'")
