@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import random
+import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +87,48 @@ def sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def sqlite_engine(target: sa.engine.URL, *, read_only: bool, pool_size: int, overflow: int) -> sa.Engine:
+    """The engine of a SQLite catalog: WAL, ``synchronous=FULL``, a 30 s busy timeout, writes begun IMMEDIATE."""
+    options: dict[str, Any] = {}
+    uri = sqlite_read_only_uri(Path(target.database or "")) if read_only and target.database else None
+    if uri is not None:
+        options["creator"] = lambda: sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
+    engine = sa.create_engine(
+        target,
+        pool_size=pool_size,
+        max_overflow=overflow,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        **options,
+    )
+    sa.event.listen(engine, "connect", sqlite_connect_read_only if read_only else sqlite_connect)
+    sa.event.listen(engine, "begin", sqlite_begin)
+    return engine
+
+
+def while_locked(open_once: Callable[[], None], *, sqlite: bool, patience: float = 60.0) -> None:
+    """Run ``open_once`` (a catalog's first connection and migration); on SQLite, again while the file is locked.
+
+    SQLite's busy timeout does not cover every contended open: where waiting could deadlock (two
+    connections upgrading to write at once, such as two processes turning a fresh file to WAL) or while
+    another process recovers the WAL of a writer that was killed, it answers "database is locked" at once.
+    Such an open is retried, with a growing jittered pause, for up to ``patience`` seconds; any other
+    error, and every PostgreSQL error, propagates at once.
+    """
+    deadline = time.monotonic() + patience
+    pause = 0.005
+    while True:
+        try:
+            open_once()
+            return
+        except sa.exc.OperationalError as exc:
+            code = getattr(exc.orig, "sqlite_errorcode", None)
+            busy = code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            if not sqlite or not busy or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause * random.uniform(0.5, 1.5))
+        pause = min(pause * 2, 0.5)
 
 
 def sqlite_read_only_uri(path: Path) -> str | None:

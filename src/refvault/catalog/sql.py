@@ -93,10 +93,8 @@ from refvault.catalog.engine import (
     checked_url,
     count_pool_use,
     default_keys,
-    sqlite_begin,
-    sqlite_connect,
-    sqlite_connect_read_only,
-    sqlite_read_only_uri,
+    sqlite_engine,
+    while_locked,
 )
 from refvault.catalog.failures import describe, translated
 from refvault.catalog.macs import ManifestKeys, derivation_error, manifest_error, micros
@@ -218,21 +216,7 @@ class SqlCatalog(SqlAuthority, SqlLineage, SqlBudgets, SqlRuns):
         self.manifest_keys = manifest_keys if manifest_keys is not None else default_keys(target, create=not read_only)
         try:
             if target.get_backend_name() == "sqlite":
-                options: dict[str, Any] = {}
-                uri = sqlite_read_only_uri(Path(target.database or "")) if read_only and target.database else None
-                if uri is not None:
-                    import sqlite3
-
-                    options["creator"] = lambda: sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
-                self._engine = sa.create_engine(
-                    target,
-                    pool_size=pool_size,
-                    max_overflow=max_overflow,
-                    connect_args={"check_same_thread": False, "timeout": 30},
-                    **options,
-                )
-                sa.event.listen(self._engine, "connect", sqlite_connect_read_only if read_only else sqlite_connect)
-                sa.event.listen(self._engine, "begin", sqlite_begin)
+                self._engine = sqlite_engine(target, read_only=read_only, pool_size=pool_size, overflow=max_overflow)
             else:
                 self._engine = sa.create_engine(
                     target,
@@ -342,9 +326,12 @@ class SqlCatalog(SqlAuthority, SqlLineage, SqlBudgets, SqlRuns):
             conn.execute(LOCK_KEYS, {"keys": sorted(keys)})
 
     def _migrate(self) -> None:
-        with self._write() as conn, conn.begin():
-            self._lock(conn, {MIGRATION_LOCK})  # concurrent openers of a fresh database queue here
-            migrate(conn, self.manifest_keys)
+        def once() -> None:
+            with self._write() as conn, conn.begin():
+                self._lock(conn, {MIGRATION_LOCK})  # concurrent openers of a fresh database queue here
+                migrate(conn, self.manifest_keys)
+
+        while_locked(once, sqlite=not self._postgres)
 
     def _manifest(self, row: Any) -> Manifest:
         """The authenticated manifest of a row: :class:`IntegrityError` (``kind="manifest"``) if it fails.
