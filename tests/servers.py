@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import sqlalchemy as sa
@@ -333,6 +334,41 @@ class LiveServer:
 
 
 @contextlib.contextmanager
+def start_serve(
+    arguments: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``refvault serve ARGUMENTS`` on a free loopback port (its output in ``log_path``); yields its URL and process.
+
+    The server's process group is stopped when the block ends.
+    """
+    port = free_port()
+    command = [str(Path(sys.executable).with_name("refvault")), "serve", "--port", str(port), *arguments]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [*command, "--no-access-log"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"refvault serve did not start: {log_path.read_text()}")
+                time.sleep(0.05)
+            yield url, proc
+        finally:
+            stop_process(proc)
+
+
+@contextlib.contextmanager
 def serve(store: Path, *options: str) -> Iterator[LiveServer]:
     """``refvault serve --store STORE [OPTIONS]`` on a free loopback port, with three API keys made before it starts."""
     from refvault import Vault
@@ -342,25 +378,20 @@ def serve(store: Path, *options: str) -> Iterator[LiveServer]:
         _, token = create_key(vault, "acme", "ana")
         _, foreign = create_key(vault, "globex", "gus")
         _, s1_only = create_key(vault, "acme", "ana", sessions=["s1"])
-    port = free_port()
-    command = [str(Path(sys.executable).with_name("refvault")), "serve", "--store", str(store), "--port", str(port)]
-    log = open(store.parent / f"serve-{port}.log", "wb")  # noqa: SIM115 (closed below)
-    proc = subprocess.Popen(
-        [*command, *options, "--no-access-log"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/v1/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"refvault serve did not start: {(store.parent / f'serve-{port}.log').read_text()}")
-            time.sleep(0.05)
+    server_log = store.parent / f"serve-{free_port()}.log"
+    with start_serve(["--store", str(store), *options], server_log) as (url, proc):
         yield LiveServer(url, store, token, foreign, s1_only, proc)
-    finally:
-        stop_process(proc)
-        log.close()
+
+
+def disclosed(vault: Any, scope: Any, artifact_id: str, recipient: str, timeout: float = 30.0) -> list[Any]:
+    """The disclosure-ledger entries of ``artifact_id`` toward ``recipient``, waiting for the first one.
+
+    A link's (or a stream's) disclosure is recorded once its response has ended, a moment after the client has
+    read the last byte.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        entries = [entry for entry in vault.disclosures(scope, artifact_id) if entry.recipient == recipient]
+        if entries or time.monotonic() > deadline:
+            return entries
+        time.sleep(0.05)

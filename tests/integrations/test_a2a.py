@@ -29,7 +29,7 @@ from refvault.errors import EmptyPart, InvalidResult, NotFound, PolicyDenied, Se
 from refvault.integrations.a2a import A2AOptions, MaterializingClient, artifact_parts, materialize, part_for
 from refvault.policy import Policy, Rule
 from tests.media import png_bytes, wav_bytes
-from tests.servers import serve
+from tests.servers import disclosed, serve
 
 SCOPE = Scope("acme", "ana", "s1")
 PNG = png_bytes(8, 8)
@@ -239,10 +239,8 @@ def test_part_for_links_open_over_refvault_serve_and_are_disclosed(tmp_path) -> 
         got = httpx.get(part.url)
         assert got.status_code == 200
         assert got.content == PNG
-        deadline = time.monotonic() + 30  # the stream's disclosure is recorded once the response has ended
-        while not (ledger := vault.disclosures(SCOPE, shot)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert any(entry.recipient == "tool:reviewer" and entry.purpose == "review" for entry in ledger), ledger
+        ledger = disclosed(vault, SCOPE, shot, "tool:reviewer")
+        assert [entry.purpose for entry in ledger] == ["review"], ledger
 
         # Misuse is refused like an absent artifact: another artifact spliced in, a tampered token, an expired one.
         absent = httpx.get(live.url + "/v1/links/rvc1.e30.AAAA")

@@ -43,9 +43,18 @@ artifact is refused (:class:`~refvault.errors.SealedArtifact`), as are one the p
 :func:`artifact_parts` does it for several artifacts (what an ``AgentExecutor`` hands to
 ``TaskUpdater.add_artifact``).
 
-Not promised: a ``url`` part's target is not checked or fetched; offloaded ``data`` parts are not subject to the
-gateway's label policy (a labelled upstream's text withheld from the model) nor to a leak guard; each part list is
-materialised on its own (one ``created_at`` per list, not per task).
+**Receiving by link**: an agent that trusts a ``refvault serve`` (``A2AOptions(trusted_links=(base_url,))``) has
+the capability links of that server in what it receives fetched, checked against the size and digest the link part
+states, and stored like inline bytes (the same limits, refusals, order and retry de-duplication), so it works on a
+``refvault://`` reference in its own scope. A refused link (expired, revoked, replayed after its call, forged)
+raises :class:`~refvault.errors.LinkRefused` and nothing of that part list is stored.
+
+**Sending**: :func:`check_outgoing` passes an A2A object through a :class:`~refvault.guard.LeakGuard` before it
+leaves, so an agent cannot paste a sealed artifact's content into its reply.
+
+Not promised: a ``url`` part's target is not checked or fetched unless it is a trusted link; offloaded ``data``
+parts are not subject to the gateway's label policy (a labelled upstream's text withheld from the model); each part
+list is materialised on its own (one ``created_at`` per list, not per task).
 """
 
 from __future__ import annotations
@@ -72,23 +81,37 @@ from a2a.types import (
 )
 from google.protobuf import json_format, struct_pb2
 
+from refvault.client import Client
 from refvault.content import Limits
 from refvault.content import materialize as materialize_result
 from refvault.contract import EmbeddedHandle
-from refvault.errors import InvalidArgument, InvalidMetadata, InvalidResult, SealedArtifact
+from refvault.errors import (
+    IntegrityError,
+    InvalidArgument,
+    InvalidMetadata,
+    InvalidResult,
+    LinkRefused,
+    SealedArtifact,
+    StorageError,
+    TooLarge,
+)
+from refvault.guard import LeakGuard
 from refvault.limits import ModelCaps, caps_for_model, caps_with
 from refvault.model import Scope, check_labels
-from refvault.policy import check_recipient
+from refvault.policy import DEFAULT_PURPOSE, check_recipient
+from refvault.toolbox.remote import RemoteLink
 from refvault.vault.core import Vault
-from refvault.vault.links import DEFAULT_LINK_TTL
+from refvault.vault.links import DEFAULT_LINK_TTL, LINK_PATH
 
 __all__ = [
     "A2AOptions",
     "MaterializingClient",
     "artifact_parts",
+    "check_outgoing",
     "materialize",
     "materialize_parts",
     "part_for",
+    "remote_part",
 ]
 
 A2AObject = TypeVar(
@@ -116,6 +139,11 @@ class A2AOptions:
     ``offload_tokens`` and ``preview_chars`` default to the values scaled to ``model_context_tokens``
     (:func:`refvault.limits.caps_for_model`; with neither given, 20,000 tokens and 4,000 characters), as the MCP
     gateway's do; :attr:`caps` is what applies.
+
+    ``trusted_links``: base URLs of ``refvault serve`` instances whose capability links (``url`` parts at
+    ``<base>/v1/links/<token>``, as :func:`part_for` makes them) are fetched and stored like inline bytes: the
+    receiving agent gets a ``refvault://`` reference in its own scope, never the link. Every other ``url`` part
+    stays untrusted metadata, never fetched.
     """
 
     limits: Limits = field(default_factory=Limits)
@@ -124,9 +152,14 @@ class A2AOptions:
     offload_tokens: int | None = None
     preview_chars: int | None = None
     model_context_tokens: int | None = None
+    trusted_links: tuple[str, ...] = ()
     caps: ModelCaps = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        trusted: object = self.trusted_links
+        if isinstance(trusted, str) or not isinstance(trusted, tuple | list | frozenset):
+            raise InvalidArgument("trusted_links must be a tuple of the base URLs of refvault serve instances")
+        object.__setattr__(self, "trusted_links", tuple(_checked_base_url(base) for base in self.trusted_links))
         try:
             object.__setattr__(self, "labels", check_labels(self.labels))
         except InvalidMetadata as exc:
@@ -267,6 +300,8 @@ class _Materializer:
         parts = list(parts)
         if not all(isinstance(part, Part) for part in parts):
             raise InvalidArgument("parts must be a list of a2a.types.Part")
+        if self.options.trusted_links:
+            parts = await _fetch_trusted(parts, self.options)
         blocks, kinds = self._wire(parts)
         tool_call_id = _tool_call_id((self.provenance, *key), parts)
         if any(kind == "raw" for kind in kinds) or any(_may_carry_base64(block) for block in blocks):
@@ -392,6 +427,65 @@ def _url_part(link: Mapping[str, Any]) -> Part:
     return part
 
 
+async def _fetch_trusted(parts: list[Part], options: A2AOptions) -> list[Part]:
+    """``parts`` with each capability link of a trusted ``refvault serve`` replaced by the verified bytes it opens.
+
+    The bytes must match the ``size`` and ``digest`` the link part states (:func:`part_for` states both), or
+    :class:`~refvault.errors.IntegrityError`; a link the server refuses (expired, revoked, forged) raises
+    :class:`~refvault.errors.LinkRefused`; more than ``Limits.per_part`` bytes, :class:`~refvault.errors.TooLarge`.
+    Nothing is stored unless every link of the list opened and verified.
+    """
+    import httpx
+
+    wanted = [index for index, part in enumerate(parts) if _trusted_link(part, options.trusted_links)]
+    if not wanted:
+        return parts
+    out = list(parts)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False) as http:
+        for index in wanted:
+            out[index] = await _opened(http, parts[index], index, options.limits.per_part)
+    return out
+
+
+def _trusted_link(part: Part, bases: Sequence[str]) -> bool:
+    if part.WhichOneof("content") != "url":
+        return False
+    url = part.url
+    return any(url.startswith(base + LINK_PATH) and "?" not in url and "#" not in url for base in bases)
+
+
+async def _opened(http: Any, part: Part, index: int, limit: int) -> Part:
+    """The raw part a trusted link opens to, checked against what the link part states."""
+    import httpx
+
+    facts = json_format.MessageToDict(part.metadata).get("refvault", {}) if part.HasField("metadata") else {}
+    facts = facts if isinstance(facts, dict) else {}
+    digest, body = hashlib.sha256(), bytearray()
+    try:
+        async with http.stream("GET", part.url) as answer:
+            if answer.status_code == 404:
+                raise LinkRefused()
+            if answer.status_code != 200:
+                raise StorageError(f"the refvault server answered part {index}'s link with HTTP {answer.status_code}")
+            media_type = part.media_type or answer.headers.get("content-type", "").split(";")[0].strip()
+            async for chunk in answer.aiter_bytes():
+                if len(body) + len(chunk) > limit:
+                    raise TooLarge(f"part {index}'s link opens more than {limit} bytes", content_index=index)
+                body += chunk
+                digest.update(chunk)
+    except httpx.HTTPError as exc:
+        raise StorageError(f"cannot fetch part {index}'s link: {type(exc).__name__}") from None
+    stated_digest, stated_size = facts.get("digest"), facts.get("size")
+    if (stated_digest is not None and stated_digest != "sha256:" + digest.hexdigest()) or (
+        stated_size is not None and int(stated_size) != len(body)
+    ):
+        raise IntegrityError(f"part {index}'s link opened bytes that do not match the size and digest it states")
+    raw = Part(raw=bytes(body), media_type=media_type, filename=part.filename)
+    origin = {key: facts[key] for key in ("artifact_id", "digest", "size", "purpose") if key in facts}
+    raw.metadata.update({"origin": {**origin, "link": part.url.rsplit("/", 1)[0]}})
+    return raw
+
+
 def _may_carry_base64(block: Mapping[str, Any]) -> bool:
     """Whether a block could hold inline base64 (cheap pre-check: long strings only)."""
     return len(_to_json(block)) >= 128
@@ -486,31 +580,37 @@ class MaterializingClient:
 
 
 def part_for(
-    vault: Vault,
+    vault: Vault | Client,
     scope: Scope,
     artifact_id: str,
     *,
     recipient: str,
     purpose: str = "default",
-    base_url: str,
+    base_url: str | None = None,
     expires_in: timedelta = DEFAULT_LINK_TTL,
 ) -> Part:
     """A ``Part`` whose ``url`` is a capability link to one artifact for ``recipient`` and ``purpose``.
 
-    ``base_url`` is where a ``refvault serve`` of this store answers (``http://`` or ``https://``); the link is
-    ``<base_url>/v1/links/<token>``, valid ``expires_in`` (1 s to 24 h), needing no API key, re-checked and audited
-    at every use. Never the bytes, never a key. :class:`~refvault.errors.SealedArtifact` for a sealed artifact,
+    ``vault`` is a :class:`~refvault.Vault` (then ``base_url``, where a ``refvault serve`` of this store answers,
+    ``http://`` or ``https://``, is required) or a :class:`~refvault.Client` (its server's URL unless ``base_url``
+    says where the recipient reaches it). The link is ``<base_url>/v1/links/<token>``, valid ``expires_in`` (1 s
+    to 24 h), needing no API key, re-checked and audited at every use. Never the bytes, never a key.
+    :class:`~refvault.errors.SealedArtifact` for a sealed artifact,
     :class:`~refvault.errors.PolicyDenied` when the tenant's policy denies it to ``recipient`` for ``purpose``,
     :class:`~refvault.errors.NotFound` for one the scope cannot see, :class:`~refvault.errors.InvalidArgument` for a
     malformed recipient or base URL.
     """
     check_recipient(recipient)
-    base = _checked_base_url(base_url)
+    base = None if base_url is None else _checked_base_url(base_url)
+    if base is None and isinstance(vault, Vault):
+        raise InvalidArgument("base_url is needed with a Vault: where a refvault serve of this store answers")
     descriptor = vault.describe(scope, artifact_id, purpose=purpose, recipient=recipient)
     if descriptor.disclosure == "sealed":
         raise SealedArtifact(descriptor.artifact_id)
-    path = vault.link(scope, descriptor.artifact_id, recipient=recipient, purpose=purpose, expires_in=expires_in)
-    part = Part(url=base + path, media_type=descriptor.media_type)
+    link = vault.link(scope, descriptor.artifact_id, recipient=recipient, purpose=purpose, expires_in=expires_in)
+    if base is not None:
+        link = base + LINK_PATH + link.rsplit("/", 1)[1]
+    part = Part(url=link, media_type=descriptor.media_type)
     if descriptor.filename:
         part.filename = descriptor.filename
     part.metadata.update(
@@ -529,13 +629,13 @@ def part_for(
 
 
 def artifact_parts(
-    vault: Vault,
+    vault: Vault | Client,
     scope: Scope,
     artifact_ids: Iterable[str],
     *,
     recipient: str,
     purpose: str = "default",
-    base_url: str,
+    base_url: str | None = None,
     expires_in: timedelta = DEFAULT_LINK_TTL,
 ) -> list[Part]:
     """:func:`part_for` for each artifact, in order: the parts an ``AgentExecutor`` returns (all or none)."""
@@ -545,6 +645,39 @@ def artifact_parts(
         )
         for artifact_id in artifact_ids
     ]
+
+
+def remote_part(link: RemoteLink, *, filename: str | None = None) -> Part:
+    """The ``Part`` a tool hands another agent for a :class:`~refvault.RemoteLink` parameter it received.
+
+    Its ``url`` is the per-call capability link (revoked when the tool call ends), its ``media_type`` the
+    artifact's, and ``metadata["refvault"]`` the ``artifact_id``, ``size`` and ``digest`` the receiving side checks
+    the fetched bytes against (as with :func:`part_for`). Never the bytes, never a key.
+    """
+    if not isinstance(link, RemoteLink):
+        raise InvalidArgument("link must be the RemoteLink a tool call received")
+    part = Part(url=link.url, media_type=link.media_type)
+    if filename:
+        part.filename = filename
+    facts: dict[str, str | int] = {"artifact_id": link.artifact_id, "size": link.size, "digest": link.content_hash}
+    part.metadata.update({"refvault": {**facts, "expires_at": link.expires_at.isoformat()}})
+    return part
+
+
+def check_outgoing(guard: LeakGuard, obj: A2AObject, *, recipient: str, purpose: str = DEFAULT_PURPOSE) -> A2AObject:
+    """``obj`` (an A2A object this agent is about to send) if the leak guard lets it go to ``recipient``.
+
+    The object is scanned as the JSON the SDK would send (inline bytes as base64, which the guard decodes) for
+    ``purpose``: protected (sealed) content raises :class:`~refvault.errors.ContextLeak` naming only artifact ids
+    and sites, or, for a guard with ``policy="redact"``, a copy with each protected span replaced by its marker.
+    """
+    as_json = json_format.MessageToDict(obj)
+    checked = guard.check(as_json, recipient=recipient, purpose=purpose)
+    if checked is as_json or not isinstance(checked, dict):
+        return obj
+    out = type(obj)()
+    json_format.ParseDict(checked, out)
+    return out
 
 
 def _checked_base_url(base_url: object) -> str:
