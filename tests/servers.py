@@ -372,15 +372,34 @@ def start_serve(
 def serve(store: Path, *options: str) -> Iterator[LiveServer]:
     """``refvault serve --store STORE [OPTIONS]`` on a free loopback port, with three API keys made before it starts."""
     from refvault import Vault
-    from refvault.keys import create_key
 
     with Vault.open(store) as vault:
-        _, token = create_key(vault, "acme", "ana")
-        _, foreign = create_key(vault, "globex", "gus")
-        _, s1_only = create_key(vault, "acme", "ana", sessions=["s1"])
+        keys = _three_keys(vault)
     server_log = store.parent / f"serve-{free_port()}.log"
     with start_serve(["--store", str(store), *options], server_log) as (url, proc):
-        yield LiveServer(url, store, token, foreign, s1_only, proc)
+        yield LiveServer(url, store, *keys, proc)
+
+
+@contextlib.contextmanager
+def serve_scaled(catalog: str, blobs: str, s3: S3Endpoint, workdir: Path, *options: str) -> Iterator[LiveServer]:
+    """:func:`serve` on S3 + PostgreSQL: ``refvault serve --catalog CATALOG --blobs BLOBS`` (its log in ``workdir``)."""
+    from refvault import Vault
+
+    with Vault.open(catalog, blobs=blobs, s3_endpoint=s3.url) as vault:
+        keys = _three_keys(vault)
+    arguments = ["--catalog", catalog, "--blobs", blobs, "--s3-endpoint", s3.url, *options]
+    with start_serve(arguments, workdir / f"serve-{free_port()}.log", env=s3.env()) as (url, proc):
+        yield LiveServer(url, workdir, *keys, proc)
+
+
+def _three_keys(vault: Any) -> tuple[str, str, str]:
+    """API keys for acme/ana (every session), globex/gus, and acme/ana limited to session s1."""
+    from refvault.keys import create_key
+
+    _, token = create_key(vault, "acme", "ana")
+    _, foreign = create_key(vault, "globex", "gus")
+    _, s1_only = create_key(vault, "acme", "ana", sessions=["s1"])
+    return token, foreign, s1_only
 
 
 def disclosed(vault: Any, scope: Any, artifact_id: str, recipient: str, timeout: float = 30.0) -> list[Any]:

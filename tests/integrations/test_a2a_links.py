@@ -1,6 +1,6 @@
 """A2A over capability links: a receiving agent that trusts a ``refvault serve`` stores what its links open (checked
 against the stated size and digest, all or nothing), never fetches any other url, and refuses dead links; outgoing
-objects pass the leak guard."""
+objects pass the leak guard. On the embedded store and on S3 + PostgreSQL."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from refvault.errors import ContextLeak, IntegrityError, InvalidArgument, LinkRe
 from refvault.guard import LeakGuard
 from refvault.integrations.a2a import A2AOptions, check_outgoing, materialize, part_for
 from tests.media import png_bytes
-from tests.servers import LiveServer, disclosed, serve
+from tests.servers import LiveServer, S3Endpoint, disclosed, fresh_database, fresh_prefix, serve, serve_scaled
 
 SENDER = Scope("acme", "ana", "s1")
 RECEIVER = Scope("globex", "gus", "s9")
@@ -33,9 +33,19 @@ PNG = png_bytes(8, 8)
 REPORT = b"".join(b"line %d of the quarterly report LINKcanary\n" % i for i in range(400))
 
 
-@pytest.fixture
-def live(tmp_path: Path) -> Iterator[tuple[LiveServer, Vault]]:
-    with serve(tmp_path / "store") as server, Vault.open(server.store) as vault:
+@pytest.fixture(params=["embedded", "s3+postgres"])
+def live(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[LiveServer, Vault]]:
+    if request.param == "embedded":
+        with serve(tmp_path / "store") as server, Vault.open(server.store) as vault:
+            yield server, vault
+        return
+    postgres_url: str = request.getfixturevalue("postgres_url")
+    s3: S3Endpoint = request.getfixturevalue("s3_server")
+    catalog, blobs = fresh_database(postgres_url), fresh_prefix(s3)
+    with (
+        serve_scaled(catalog, blobs, s3, tmp_path) as server,
+        Vault.open(catalog, blobs=blobs, s3_endpoint=s3.url) as vault,
+    ):
         yield server, vault
 
 
@@ -80,9 +90,11 @@ def test_a_trusted_link_is_fetched_checked_and_stored_in_the_receivers_scope(
     linked = part_for(vault, SENDER, report, recipient="tool:receiver", base_url=server.url)
     elsewhere, hits = other_server
     lookalike = Part(url=elsewhere + "/v1/links/rvc1.e30.AAAA", media_type="text/plain")
-    received = _receive(vault, _message(Part(text="read this"), linked, lookalike), server.url)
+    sideways = Part(url=server.url + "/v1/links/../../v1/health", media_type="text/plain")
+    received = _receive(vault, _message(Part(text="read this"), linked, lookalike, sideways), server.url)
 
-    text, stored, untouched = received.parts
+    text, stored, untouched, not_a_link = received.parts
+    assert not_a_link.url == sideways.url  # only a link token after the trusted prefix is fetched
     assert text.text == "read this"
     assert stored.url.startswith("refvault://art_")
     assert (stored.media_type, stored.filename) == ("text/plain", "q3.txt")
@@ -96,7 +108,7 @@ def test_a_trusted_link_is_fetched_checked_and_stored_in_the_receivers_scope(
     assert hits == []  # an untrusted server's url is never fetched
     assert len(disclosed(vault, SENDER, report, "tool:receiver")) == 1
 
-    again = _receive(vault, _message(Part(text="read this"), linked, lookalike), server.url)
+    again = _receive(vault, _message(Part(text="read this"), linked, lookalike, sideways), server.url)
     assert again.parts[1].url == stored.url  # a retried message stores nothing new
     assert len(vault.list(RECEIVER)) == 1
 
@@ -105,11 +117,13 @@ def test_a_link_whose_bytes_do_not_match_its_stated_digest_stores_nothing(live: 
     server, vault = live
     report = vault.put(SENDER, REPORT, media_type="text/plain", disclosure="model").artifact_id
     linked = part_for(vault, SENDER, report, recipient="tool:receiver", base_url=server.url)
-    linked.metadata.update({"refvault": {"digest": "sha256:" + "0" * 64, "size": len(REPORT)}})
-    with pytest.raises(IntegrityError) as raised:
-        _receive(vault, _message(Part(raw=PNG, media_type="image/png"), linked), server.url)
-    assert "LINKcanary" not in str(raised.value)
-    assert vault.list(RECEIVER) == []
+    digest = "sha256:" + hashlib.sha256(REPORT).hexdigest()
+    for wrong in ({"digest": "sha256:" + "0" * 64, "size": len(REPORT)}, {"digest": digest, "size": "many"}):
+        linked.metadata.update({"refvault": wrong})
+        with pytest.raises(IntegrityError) as raised:
+            _receive(vault, _message(Part(raw=PNG, media_type="image/png"), linked), server.url)
+        assert "LINKcanary" not in str(raised.value)
+        assert vault.list(RECEIVER) == []
 
 
 @pytest.mark.parametrize("death", ["revoked", "expired", "tampered"])

@@ -1,9 +1,9 @@
 """Remote tools dereference a reference parameter through a capability link, never a credential.
 
-Over the real ``refvault serve``: a tool that forwards to an HTTP endpoint (a tiny server in a thread) receives a
-link per call, the endpoint fetches verified bytes with it, the model and the trajectory see only the id, the
-link dies when the call ends (the same 404 as an absent artifact), misused links are refused the same way, and
-the ledger shows the disclosure to ``tool:<name>``.
+Over the real ``refvault serve``, on the embedded store and on S3 + PostgreSQL: a tool that forwards to an HTTP
+endpoint (a tiny server in a thread) receives a link per call, the endpoint fetches verified bytes with it, the
+model and the trajectory see only the id, the link dies when the call ends (the same 404 as an absent artifact),
+misused links are refused the same way, and the ledger shows the disclosure to ``tool:<name>``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from refvault import Client, RemoteLink, Scope, Toolbox, Vault
 from refvault.errors import InvalidArgument, LinkRefused
 from refvault.keyring import b64url
 from tests.conftest import Clock
-from tests.servers import LiveServer, free_port, serve
+from tests.servers import LiveServer, S3Endpoint, free_port, fresh_database, fresh_prefix, serve, serve_scaled
 
 SCOPE = Scope("acme", "ana", "s1")
 DATA = b"".join(b"row %d REMOTEcanary7q\n" % i for i in range(300))
@@ -94,9 +94,16 @@ class RemoteEndpoint:
         self.server.server_close()
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with serve(tmp_path_factory.mktemp("remote") / "store") as server:
+@pytest.fixture(scope="module", params=["embedded", "s3+postgres"])
+def live(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    workdir = tmp_path_factory.mktemp("remote")
+    if request.param == "embedded":
+        with serve(workdir / "store") as server:
+            yield server
+        return
+    postgres_url: str = request.getfixturevalue("postgres_url")
+    s3: S3Endpoint = request.getfixturevalue("s3_server")
+    with serve_scaled(fresh_database(postgres_url), fresh_prefix(s3), s3, workdir) as server:
         yield server
 
 
