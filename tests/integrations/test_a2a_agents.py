@@ -175,9 +175,9 @@ async def _send(url: str, vault: Vault, agent: str, parts: list[Part]) -> tuple[
     return received, state, text
 
 
-def _analyst(world: World) -> tuple[Toolbox, list[str]]:
+def _analyst(world: World) -> tuple[Toolbox, list[Part]]:
     box = Toolbox(world.vault, link_base_url=world.serve_url, model="analyst")
-    sent: list[str] = []  # the link URLs the analyst's tool handed the inspector
+    sent: list[Part] = []  # the link parts the analyst's tool handed the inspector
 
     @box.tool
     async def ask_camera() -> list[dict[str, Any]]:
@@ -189,7 +189,7 @@ def _analyst(world: World) -> tuple[Toolbox, list[str]]:
     async def ask_inspector(question: str, files: list[RemoteLink]) -> dict[str, str]:
         """Ask the inspector agent a question about some artifacts."""
         parts = [Part(text=question), *(remote_part(link) for link in files)]
-        sent.extend(link.url for link in files)
+        sent.extend(parts[1:])
         _, state, text = await _send(world.inspector_url, world.vault, "inspector", parts)
         return {"state": TaskState.Name(state), "reply": text}
 
@@ -274,10 +274,10 @@ def test_two_agents_exchange_files_by_reference_and_leave_a_ledger(world: World)
     # The links died with the call: replaying them (or the whole message) is refused like an absent artifact.
     absent = httpx.get(world.serve_url + "/v1/links/rvc1.e30.AAAA")
     assert len(sent) == 2
-    for url in sent:
-        replayed = httpx.get(url)
+    for link in sent:
+        replayed = httpx.get(link.url)
         assert (replayed.status_code, replayed.content) == (absent.status_code, absent.content) == (404, absent.content)
-    parts = [Part(text="Which critical incident was the slowest?"), *(Part(url=url) for url in sent)]
+    parts = [Part(text="Which critical incident was the slowest?"), *sent]  # digests stated, as sent
     _, state, text = asyncio.run(_send(world.inspector_url, world.vault, "inspector", parts))
     assert (state, text) == (
         TaskState.TASK_STATE_FAILED,

@@ -184,3 +184,84 @@ def test_an_outgoing_message_carrying_sealed_content_is_stopped_or_redacted(vaul
     raw = _message(Part(raw=REPORT, media_type="text/plain"))
     with pytest.raises(ContextLeak):
         check_outgoing(guard, raw, recipient="tool:peer")
+
+
+def _trusted_stand_in(url: str, **facts: str | float) -> Part:
+    """A url part at a trusted base (the stand-in server) stating ``facts`` as its ``metadata["refvault"]``."""
+    part = Part(url=url, media_type="text/plain")
+    if facts:
+        part.metadata.update({"refvault": facts})
+    return part
+
+
+REPORT_FACTS: dict[str, str | float] = {"digest": "sha256:" + hashlib.sha256(REPORT).hexdigest(), "size": len(REPORT)}
+TOKEN = "rvc1.eyJrIjoxfQ." + "A" * 43
+
+
+@pytest.mark.parametrize("token", ["..", ".", "...", "rvc1..", "rvc1", "x.y.z"])
+def test_a_trusted_prefix_followed_by_anything_but_a_link_token_is_never_fetched(
+    vault: Vault, other_server: tuple[str, list[str]], token: str
+) -> None:
+    trusted, hits = other_server
+    sideways = _trusted_stand_in(trusted + "/v1/links/" + token, **REPORT_FACTS)
+    received = _receive(vault, _message(sideways), trusted)
+    assert hits == []  # "/v1/links/.." would be fetched as "/v1", "." as "/v1/links"
+    assert received.parts[0].url == sideways.url
+    assert vault.list(RECEIVER) == []
+
+
+def test_a_link_stating_no_digest_is_refused_unfetched_bytes_are_never_stored(
+    vault: Vault, other_server: tuple[str, list[str]]
+) -> None:
+    trusted, _ = other_server
+    url = trusted + "/v1/links/" + TOKEN
+    for facts in ({}, {"size": len(REPORT)}, {"digest": 12, "size": len(REPORT)}, {"digest": "sha256:", "size": 1}):
+        with pytest.raises(IntegrityError) as raised:
+            _receive(vault, _message(_trusted_stand_in(url, **facts)), trusted)
+        assert "LINKcanary" not in str(raised.value)
+        assert TOKEN not in str(raised.value)
+    with pytest.raises(IntegrityError):  # a bool is not a size, even when True == 1
+        _receive(vault, _message(_trusted_stand_in(url, digest=REPORT_FACTS["digest"], size=True)), trusted)
+    assert vault.list(RECEIVER) == []
+    received = _receive(vault, _message(_trusted_stand_in(url, **REPORT_FACTS)), trusted)
+    assert vault.read_bytes(RECEIVER, received.parts[0].url.removeprefix("refvault://")) == REPORT
+
+
+def test_more_links_than_max_parts_are_refused_before_any_is_fetched(
+    vault: Vault, other_server: tuple[str, list[str]]
+) -> None:
+    from refvault.content import Limits
+
+    trusted, hits = other_server
+    links = [_trusted_stand_in(trusted + "/v1/links/" + TOKEN, **REPORT_FACTS) for _ in range(50)]
+    with pytest.raises(TooLarge):
+        _receive(vault, _message(Part(raw=PNG, media_type="image/png"), *links), trusted, limits=Limits(max_parts=50))
+    assert hits == []  # not 50 fetches of up to per_part bytes each held in memory, then refused
+    assert vault.list(RECEIVER) == []
+
+
+def test_links_adding_up_to_more_than_per_result_stop_being_fetched_at_the_limit(
+    vault: Vault, other_server: tuple[str, list[str]]
+) -> None:
+    from refvault.content import Limits
+
+    trusted, hits = other_server
+    links = [_trusted_stand_in(trusted + "/v1/links/" + TOKEN, **REPORT_FACTS) for _ in range(20)]
+    limits = Limits(per_result=3 * len(REPORT) + len(PNG))
+    with pytest.raises(TooLarge):
+        _receive(vault, _message(Part(raw=PNG, media_type="image/png"), *links), trusted, limits=limits)
+    assert len(hits) == 4  # the fourth link is where the result goes over; the other 16 are never fetched
+    assert vault.list(RECEIVER) == []
+
+
+def test_a_link_part_stating_another_media_type_than_its_server_serves_is_refused(
+    live: tuple[LiveServer, Vault],
+) -> None:
+    server, vault = live
+    report = vault.put(SENDER, REPORT, media_type="text/plain", disclosure="model").artifact_id
+    linked = part_for(vault, SENDER, report, recipient="tool:receiver", base_url=server.url)
+    linked.media_type = "text/html"  # the sender's claim; the trusted server says text/plain
+    with pytest.raises(IntegrityError) as raised:
+        _receive(vault, _message(linked), server.url)
+    assert "LINKcanary" not in str(raised.value)
+    assert vault.list(RECEIVER) == []

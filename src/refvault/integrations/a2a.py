@@ -44,8 +44,9 @@ artifact is refused (:class:`~refvault.errors.SealedArtifact`), as are one the p
 ``TaskUpdater.add_artifact``).
 
 **Receiving by link**: an agent that trusts a ``refvault serve`` (``A2AOptions(trusted_links=(base_url,))``) has
-the capability links of that server in what it receives fetched, checked against the size and digest the link part
-states, and stored like inline bytes (the same limits, refusals, order and retry de-duplication), so it works on a
+the capability links of that server in what it receives fetched, checked against the size, digest and media type the
+link part states (one stating no digest is refused unfetched: what it opens could not be checked), and stored like
+inline bytes (the same limits, refusals, order and retry de-duplication), so it works on a
 ``refvault://`` reference in its own scope. A refused link (expired, revoked, replayed after its call, forged)
 raises :class:`~refvault.errors.LinkRefused` and nothing of that part list is stored.
 
@@ -127,7 +128,10 @@ A2AObject = TypeVar(
 )
 
 URI_SCHEME = "refvault://"
-_TOKEN = re.compile(r"[A-Za-z0-9_.-]{1,4096}")  # what follows /v1/links/ in a link refvault serve issues
+# what follows /v1/links/ in a link refvault serve issues: a KeyRing token, rvc1.<base64url>.<base64url> (never a
+# dot segment such as "..", which an HTTP client resolves to another path of the trusted server)
+_TOKEN = re.compile(r"rvc1\.[A-Za-z0-9_-]{1,8000}\.[A-Za-z0-9_-]{43}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _WITHHELD = (
     "[refvault withheld a url part from agent {agent!r}: it claims a refvault:// URI, but refvault mints those "
     "only for what it stores itself, so it is untrusted and not shown]"
@@ -432,20 +436,34 @@ def _url_part(link: Mapping[str, Any]) -> Part:
 async def _fetch_trusted(parts: list[Part], options: A2AOptions) -> list[Part]:
     """``parts`` with each capability link of a trusted ``refvault serve`` replaced by the verified bytes it opens.
 
-    The bytes must match the ``size`` and ``digest`` the link part states (:func:`part_for` states both), or
-    :class:`~refvault.errors.IntegrityError`; a link the server refuses (expired, revoked, forged) raises
-    :class:`~refvault.errors.LinkRefused`; more than ``Limits.per_part`` bytes, :class:`~refvault.errors.TooLarge`.
-    Nothing is stored unless every link of the list opened and verified.
+    Each link part must state the ``digest`` of its bytes (:func:`part_for` and :func:`remote_part` state it, with
+    the ``size``): bytes that do not match it, or a link stating none, raise
+    :class:`~refvault.errors.IntegrityError`, as does a ``media_type`` other than the one the server serves. A link the
+    server refuses (expired, revoked, forged) raises :class:`~refvault.errors.LinkRefused`. The limits apply before
+    and while fetching, not only once everything is held in memory: more links and inline parts than
+    ``Limits.max_parts`` are refused before any is fetched; a link opening more than ``Limits.per_part`` bytes, or
+    links and inline bytes adding up to more than ``Limits.per_result``, raise :class:`~refvault.errors.TooLarge`
+    as soon as the bytes read go over. Nothing is stored unless every link of the list opened and verified.
     """
     import httpx
 
     wanted = [index for index, part in enumerate(parts) if _trusted_link(part, options.trusted_links)]
     if not wanted:
         return parts
+    limits = options.limits
+    inline = [len(part.raw) for part in parts if part.WhichOneof("content") == "raw"]
+    if len(inline) + len(wanted) > limits.max_parts:
+        raise TooLarge(
+            f"this message has {len(inline) + len(wanted)} binary parts and links, over the limit of "
+            f"{limits.max_parts} parts per result; refused, nothing was fetched or stored"
+        )
+    budget = limits.per_result - sum(inline)
     out = list(parts)
     async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False) as http:
         for index in wanted:
-            out[index] = await _opened(http, parts[index], index, options.limits.per_part)
+            facts = _stated_facts(parts[index], index)
+            out[index] = await _opened(http, parts[index], index, facts, limits.per_part, budget)
+            budget -= len(out[index].raw)
     return out
 
 
@@ -456,12 +474,26 @@ def _trusted_link(part: Part, bases: Sequence[str]) -> bool:
     return any(url.startswith(base + LINK_PATH) and _TOKEN.fullmatch(url[len(base + LINK_PATH) :]) for base in bases)
 
 
-async def _opened(http: Any, part: Part, index: int, limit: int) -> Part:
+def _stated_facts(part: Part, index: int) -> dict[str, Any]:
+    """The ``metadata["refvault"]`` of a link part, which must state a sha256 ``digest`` (and may a ``size``)."""
+    facts = json_format.MessageToDict(part.metadata).get("refvault") if part.HasField("metadata") else None
+    facts = facts if isinstance(facts, dict) else {}
+    digest, size = facts.get("digest"), facts.get("size")
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise IntegrityError(
+            f"part {index} is a link stating no sha256 digest of its bytes, so what it opens cannot be checked; "
+            "refused (part_for and remote_part state it)"
+        )
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int | float)):
+        raise IntegrityError(f"part {index}'s link states a size that is not a number")
+    return facts
+
+
+async def _opened(http: Any, part: Part, index: int, facts: Mapping[str, Any], per_part: int, budget: int) -> Part:
     """The raw part a trusted link opens to, checked against what the link part states."""
     import httpx
 
-    facts = json_format.MessageToDict(part.metadata).get("refvault", {}) if part.HasField("metadata") else {}
-    facts = facts if isinstance(facts, dict) else {}
+    limit = min(per_part, budget)
     digest, body = hashlib.sha256(), bytearray()
     try:
         async with http.stream("GET", part.url) as answer:
@@ -469,16 +501,20 @@ async def _opened(http: Any, part: Part, index: int, limit: int) -> Part:
                 raise LinkRefused()
             if answer.status_code != 200:
                 raise StorageError(f"the refvault server answered part {index}'s link with HTTP {answer.status_code}")
-            media_type = part.media_type or answer.headers.get("content-type", "").split(";")[0].strip()
+            served = answer.headers.get("content-type", "").split(";")[0].strip().lower()
+            stated = part.media_type.split(";")[0].strip().lower()
+            if served and stated and served != stated:
+                raise IntegrityError(f"part {index}'s link states another media type than its server serves")
+            media_type = part.media_type or served
             async for chunk in answer.aiter_bytes():
                 if len(body) + len(chunk) > limit:
-                    raise TooLarge(f"part {index}'s link opens more than {limit} bytes", content_index=index)
+                    raise _over(index, per_part, limit)
                 body += chunk
                 digest.update(chunk)
     except httpx.HTTPError as exc:
         raise StorageError(f"cannot fetch part {index}'s link: {type(exc).__name__}") from None
-    stated_digest, stated_size = facts.get("digest"), facts.get("size")
-    if (stated_digest is not None and stated_digest != "sha256:" + digest.hexdigest()) or (
+    stated_size = facts.get("size")
+    if facts["digest"] != "sha256:" + digest.hexdigest() or (
         stated_size is not None and stated_size != len(body)  # protobuf JSON numbers are floats: 12.0 == 12
     ):
         raise IntegrityError(f"part {index}'s link opened bytes that do not match the size and digest it states")
@@ -486,6 +522,15 @@ async def _opened(http: Any, part: Part, index: int, limit: int) -> Part:
     origin = {key: facts[key] for key in ("artifact_id", "digest", "size", "purpose") if key in facts}
     raw.metadata.update({"origin": {**origin, "link": part.url.rsplit("/", 1)[0]}})
     return raw
+
+
+def _over(index: int, per_part: int, limit: int) -> TooLarge:
+    if limit >= per_part:
+        return TooLarge(f"part {index}'s link opens more than {per_part} bytes", content_index=index)
+    return TooLarge(
+        f"part {index}'s link opens more bytes than are left of the per-result limit; refused, nothing was stored",
+        content_index=index,
+    )
 
 
 def _may_carry_base64(block: Mapping[str, Any]) -> bool:
