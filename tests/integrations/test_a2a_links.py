@@ -265,3 +265,16 @@ def test_a_link_part_stating_another_media_type_than_its_server_serves_is_refuse
         _receive(vault, _message(linked), server.url)
     assert "LINKcanary" not in str(raised.value)
     assert vault.list(RECEIVER) == []
+
+
+def test_a_redacted_raw_part_goes_out_as_its_marker_not_as_the_marker_decoded_to_bytes(vault: Vault) -> None:
+    notes = vault.put(SENDER, REPORT, media_type="text/plain", disclosure="sealed").artifact_id
+    redacting = LeakGuard(policy="redact")
+    redacting.protect_scope(vault, SENDER)
+    leaking = _message(Part(text="attached"), Part(raw=REPORT, media_type="text/plain", filename="notes.txt"))
+    redacted = check_outgoing(redacting, leaking, recipient="tool:peer")
+    attached, marker = redacted.parts
+    assert attached.text == "attached"
+    assert marker.WhichOneof("content") == "text"  # not raw bytes base64-decoded from "[refvault:art_…]"
+    assert marker.text == f"[refvault:{notes}]"
+    assert marker.media_type == "text/plain"

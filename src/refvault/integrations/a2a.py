@@ -716,14 +716,30 @@ def check_outgoing(guard: LeakGuard, obj: A2AObject, *, recipient: str, purpose:
 
     The object is scanned as the JSON the SDK would send (inline bytes as base64, which the guard decodes) for
     ``purpose``: protected (sealed) content raises :class:`~refvault.errors.ContextLeak` naming only artifact ids
-    and sites, or, for a guard with ``policy="redact"``, a copy with each protected span replaced by its marker.
+    and sites, or, for a guard with ``policy="redact"``, a copy with each protected span replaced by its marker
+    (a part whose inline bytes are protected becomes a ``text/plain`` part holding the marker).
     """
     as_json = json_format.MessageToDict(obj)
     checked = guard.check(as_json, recipient=recipient, purpose=purpose)
     if checked is as_json or not isinstance(checked, dict):
         return obj
     out = type(obj)()
-    json_format.ParseDict(checked, out)
+    json_format.ParseDict(_markers_as_text(checked), out)
+    return out
+
+
+def _markers_as_text(value: Any, *, part: bool = False) -> Any:
+    """``value`` (a redacted A2A object as JSON) with each part whose ``raw`` bytes the guard replaced by a marker
+    made a text part holding that marker: protobuf JSON would otherwise base64-decode the marker into garbage bytes."""
+    if isinstance(value, list):
+        return [_markers_as_text(item, part=part) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: _markers_as_text(item, part=key == "parts") for key, item in value.items()}
+    raw = value.get("raw")
+    if part and isinstance(raw, str) and raw.startswith("[refvault:"):
+        del out["raw"]
+        out["text"], out["mediaType"] = raw, "text/plain"
     return out
 
 
