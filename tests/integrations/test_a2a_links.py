@@ -278,3 +278,46 @@ def test_a_redacted_raw_part_goes_out_as_its_marker_not_as_the_marker_decoded_to
     assert marker.WhichOneof("content") == "text"  # not raw bytes base64-decoded from "[refvault:art_…]"
     assert marker.text == f"[refvault:{notes}]"
     assert marker.media_type == "text/plain"
+
+
+def test_a_link_answered_in_a_content_encoding_is_refused_not_inflated_past_the_part_limit(vault: Vault) -> None:
+    import gzip
+
+    from refvault.content import Limits
+    from refvault.errors import StorageError
+
+    bomb = gzip.compress(bytes(32 << 20))  # 32 MiB of zeros in about 32 KiB: one network read inflates past any limit
+    seen: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Accept-Encoding"))
+            self.send_response(200)
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(bomb)))
+            self.end_headers()
+            self.wfile.write(bomb)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    trusted = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        facts: dict[str, str | float] = {
+            "digest": "sha256:" + hashlib.sha256(bytes(32 << 20)).hexdigest(),
+            "size": 32 << 20,
+        }
+        with pytest.raises(StorageError):
+            _receive(
+                vault,
+                _message(_trusted_stand_in(trusted + "/v1/links/" + TOKEN, **facts)),
+                trusted,
+                limits=Limits(per_part=64 << 20),
+            )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == ["identity"]  # the receiver asks for the bytes as stored
+    assert vault.list(RECEIVER) == []

@@ -443,7 +443,10 @@ async def _fetch_trusted(parts: list[Part], options: A2AOptions) -> list[Part]:
     and while fetching, not only once everything is held in memory: more links and inline parts than
     ``Limits.max_parts`` are refused before any is fetched; a link opening more than ``Limits.per_part`` bytes, or
     links and inline bytes adding up to more than ``Limits.per_result``, raise :class:`~refvault.errors.TooLarge`
-    as soon as the bytes read go over. Nothing is stored unless every link of the list opened and verified.
+    as soon as the bytes read go over. The bytes are asked for as stored (``Accept-Encoding: identity``); an answer
+    in a content encoding, which would inflate before it is counted, is refused
+    (:class:`~refvault.errors.StorageError`).
+    Nothing is stored unless every link of the list opened and verified.
     """
     import httpx
 
@@ -459,7 +462,11 @@ async def _fetch_trusted(parts: list[Part], options: A2AOptions) -> list[Part]:
         )
     budget = limits.per_result - sum(inline)
     out = list(parts)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), follow_redirects=False) as http:
+    timeout = httpx.Timeout(60.0, connect=10.0)
+    identity = {
+        "Accept-Encoding": "identity"
+    }  # the bytes as stored: nothing inflates past a limit before it is counted
+    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, headers=identity) as http:
         for index in wanted:
             facts = _stated_facts(parts[index], index)
             out[index] = await _opened(http, parts[index], index, facts, limits.per_part, budget)
@@ -501,12 +508,14 @@ async def _opened(http: Any, part: Part, index: int, facts: Mapping[str, Any], p
                 raise LinkRefused()
             if answer.status_code != 200:
                 raise StorageError(f"the refvault server answered part {index}'s link with HTTP {answer.status_code}")
+            if answer.headers.get("content-encoding", "identity").strip().lower() != "identity":
+                raise StorageError(f"the refvault server answered part {index}'s link in a content encoding")
             served = answer.headers.get("content-type", "").split(";")[0].strip().lower()
             stated = part.media_type.split(";")[0].strip().lower()
             if served and stated and served != stated:
                 raise IntegrityError(f"part {index}'s link states another media type than its server serves")
             media_type = part.media_type or served
-            async for chunk in answer.aiter_bytes():
+            async for chunk in answer.aiter_raw():
                 if len(body) + len(chunk) > limit:
                     raise _over(index, per_part, limit)
                 body += chunk
