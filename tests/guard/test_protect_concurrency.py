@@ -30,7 +30,8 @@ def test_leak_concurrent_protect_of_the_same_bytes_returns_early() -> None:
     first.start()
     try:
         assert entered.wait(10)
-        g.protect(ART, SECRET)  # the second caller: returns at once, trusting the first
+        threading.Timer(0.3, release.set).start()  # the first caller finishes a moment later
+        g.protect(ART, SECRET)  # the second caller must wait for it, not return at once trusting it
         findings = g.scan(_tool(EXCERPT))  # ...and the tool's output is checked right away
     finally:
         release.set()

@@ -463,9 +463,8 @@ async def _fetch_trusted(parts: list[Part], options: A2AOptions) -> list[Part]:
     budget = limits.per_result - sum(inline)
     out = list(parts)
     timeout = httpx.Timeout(60.0, connect=10.0)
-    identity = {
-        "Accept-Encoding": "identity"
-    }  # the bytes as stored: nothing inflates past a limit before it is counted
+    # the bytes as stored: nothing inflates past a limit before it is counted
+    identity = {"Accept-Encoding": "identity"}
     async with httpx.AsyncClient(timeout=timeout, follow_redirects=False, headers=identity) as http:
         for index in wanted:
             facts = _stated_facts(parts[index], index)
